@@ -1,0 +1,338 @@
+"""Frozen, validated input records: model, GPU, cluster, training, parallel configuration.
+
+Everything inside is SI: bytes, seconds, FLOP/s, bytes per second. File formats (contract.md
+section 2) are mapped to these records by :mod:`costmodel.loaders`; catalogs live in
+:mod:`costmodel.hardware` and :mod:`costmodel.models_catalog`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any
+
+from costmodel.errors import InputError, did_you_mean
+
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
+RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+NCCL_ALGOS: tuple[str, ...] = ("auto", "ring", "tree", "nvls", "nvlstree", "collnet", "pat")
+NCCL_PROTOS: tuple[str, ...] = ("auto", "simple", "ll", "ll128")
+INTRA_FABRICS: tuple[str, ...] = ("nvswitch", "nvlink", "pcie")
+INTER_FABRICS: tuple[str, ...] = ("infiniband", "roce", "ethernet", "none")
+
+
+def _int(section: str, name: str, value: Any, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        raise InputError(f"{section}.{name}", f"must be an integer, got {value!r}")
+    if value < minimum:
+        raise InputError(f"{section}.{name}", f"must be >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _pos(section: str, name: str, value: Any, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise InputError(f"{section}.{name}", f"must be a number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InputError(f"{section}.{name}", f"must be {'>= 0' if allow_zero else '> 0'}, "
+                                              f"got {value!r}")
+    return float(value)
+
+
+def _bool(section: str, name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"{section}.{name}", f"must be true or false, got {value!r}")
+    return value
+
+
+def _choice(section: str, name: str, value: Any, valid: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value.lower() not in valid:
+        raise InputError(f"{section}.{name}", f"unknown value {value!r}",
+                         did_you_mean(str(value), valid))
+    return value.lower()
+
+
+def _set(obj: object, name: str, value: Any) -> None:
+    object.__setattr__(obj, name, value)
+
+
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelSpec:
+    """A dense decoder-only (or encoder) transformer's shape (contract.md section 2)."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    ffn_hidden_size: int
+    vocab_size: int
+    num_kv_heads: int | None = None
+    gated_mlp: bool = False
+    tied_embeddings: bool = False
+    head_dim: int | None = None
+    learned_position_embeddings: bool = False
+    max_position_embeddings: int | None = None
+    linear_bias: bool = False
+    normalization: str = "rmsnorm"
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        s = "model"
+        if not isinstance(self.name, str) or not self.name:
+            raise InputError("model.name", f"must be a non-empty string, got {self.name!r}")
+        for name in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
+                     "vocab_size"):
+            _set(self, name, _int(s, name, getattr(self, name)))
+        kv = self.num_attention_heads if self.num_kv_heads is None else self.num_kv_heads
+        _set(self, "num_kv_heads", _int(s, "num_kv_heads", kv))
+        if self.num_attention_heads % self.num_kv_heads:
+            raise InputError("model.num_kv_heads",
+                             f"{self.num_kv_heads} does not divide num_attention_heads="
+                             f"{self.num_attention_heads}", "GQA needs heads % kv_heads == 0")
+        if self.head_dim is None:
+            if self.hidden_size % self.num_attention_heads:
+                raise InputError("model.hidden_size",
+                                 f"{self.hidden_size} is not divisible by num_attention_heads="
+                                 f"{self.num_attention_heads}", "set head_dim explicitly or fix "
+                                 "the head count")
+            _set(self, "head_dim", self.hidden_size // self.num_attention_heads)
+        else:
+            _set(self, "head_dim", _int(s, "head_dim", self.head_dim))
+        for name in ("gated_mlp", "tied_embeddings", "learned_position_embeddings",
+                     "linear_bias"):
+            _set(self, name, _bool(s, name, getattr(self, name)))
+        if self.max_position_embeddings is not None:
+            _set(self, "max_position_embeddings",
+                 _int(s, "max_position_embeddings", self.max_position_embeddings))
+        _set(self, "normalization", _choice(s, "normalization", self.normalization,
+                                            ("rmsnorm", "layernorm")))
+
+    # Parameter counts (cost-model.md section 1; Narayanan et al. 2021 eq. 2 generalised).
+    @property
+    def attention_params(self) -> int:
+        """Q, K, V and output projections: 2*h*d_h*(a + g) (+ biases)."""
+        h, d, a, g = self.hidden_size, self.head_dim, self.num_attention_heads, self.num_kv_heads
+        p = 2 * h * d * (a + g)
+        if self.linear_bias:
+            p += a * d + 2 * g * d + h
+        return p
+
+    @property
+    def mlp_params(self) -> int:
+        """2*h*f plain, 3*h*f gated (SwiGLU) (+ biases)."""
+        p = (3 if self.gated_mlp else 2) * self.hidden_size * self.ffn_hidden_size
+        if self.linear_bias:
+            p += self.ffn_hidden_size * (2 if self.gated_mlp else 1) + self.hidden_size
+        return p
+
+    @property
+    def norm_params_per_layer(self) -> int:
+        return 2 * self.hidden_size * (2 if self.normalization == "layernorm" else 1)
+
+    @property
+    def params_per_layer(self) -> int:
+        return self.attention_params + self.mlp_params + self.norm_params_per_layer
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    def position_params(self, seq_length: int) -> int:
+        return seq_length * self.hidden_size if self.learned_position_embeddings else 0
+
+    def total_params(self, seq_length: int = 0) -> int:
+        """All parameters: layers, input embedding, untied output layer, final norm."""
+        final_norm = self.hidden_size * (2 if self.normalization == "layernorm" else 1)
+        out = 0 if self.tied_embeddings else self.embedding_params
+        return (self.num_layers * self.params_per_layer + self.embedding_params + out
+                + final_norm + self.position_params(seq_length))
+
+
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GPUSpec:
+    """One accelerator. Peaks are dense Tensor-Core FLOP/s per precision (no sparsity)."""
+
+    name: str
+    peak_flops_per_s: Mapping[str, float]
+    memory_bytes: float
+    memory_bandwidth_bytes_per_s: float
+    nvlink_bandwidth_bytes_per_s: float  # per GPU, one direction (0 if none)
+    nvlink_links: int = 0
+    sm_count: int = 108
+    compute_capability: int = 80
+    pcie_bandwidth_bytes_per_s: float = 32e9  # one direction, x16
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        s = f"gpu[{self.name}]"
+        peaks = {}
+        if not isinstance(self.peak_flops_per_s, Mapping) or not self.peak_flops_per_s:
+            raise InputError(f"{s}.peak_flops_per_s", "must map precision -> FLOP/s")
+        for k, v in self.peak_flops_per_s.items():
+            peaks[_choice(s, "peak_flops_per_s", k, PRECISIONS)] = _pos(s, f"peak_flops_per_s.{k}", v)
+        _set(self, "peak_flops_per_s", MappingProxyType(peaks))
+        _set(self, "memory_bytes", _pos(s, "memory_bytes", self.memory_bytes))
+        _set(self, "memory_bandwidth_bytes_per_s",
+             _pos(s, "memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s))
+        _set(self, "nvlink_bandwidth_bytes_per_s",
+             _pos(s, "nvlink_bandwidth_bytes_per_s", self.nvlink_bandwidth_bytes_per_s,
+                  allow_zero=True))
+        _set(self, "pcie_bandwidth_bytes_per_s",
+             _pos(s, "pcie_bandwidth_bytes_per_s", self.pcie_bandwidth_bytes_per_s))
+        _set(self, "nvlink_links", _int(s, "nvlink_links", self.nvlink_links, minimum=0))
+        _set(self, "sm_count", _int(s, "sm_count", self.sm_count))
+        _set(self, "compute_capability", _int(s, "compute_capability", self.compute_capability))
+
+    def supports(self, precision: str) -> bool:
+        return precision in self.peak_flops_per_s
+
+    def peak(self, precision: str) -> float:
+        return self.peak_flops_per_s[precision]
+
+
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class IntraNodeSpec:
+    """The fabric inside a node. Bandwidth is per GPU, one direction."""
+
+    fabric: str = "nvswitch"
+    bandwidth_bytes_per_s: float = 300e9
+    latency_s: float = 0.7e-6
+
+    def __post_init__(self) -> None:
+        _set(self, "fabric", _choice("cluster.intra_node", "fabric", self.fabric, INTRA_FABRICS))
+        _set(self, "bandwidth_bytes_per_s",
+             _pos("cluster.intra_node", "bandwidth", self.bandwidth_bytes_per_s))
+        _set(self, "latency_s", _pos("cluster.intra_node", "latency_s", self.latency_s,
+                                     allow_zero=True))
+
+
+@dataclass(frozen=True)
+class InterNodeSpec:
+    """The fabric between nodes: NICs per node, each NIC's bandwidth (one direction)."""
+
+    fabric: str = "infiniband"
+    nics_per_node: int = 8
+    nic_bandwidth_bytes_per_s: float = 25e9
+    oversubscription: float = 1.0
+    latency_s: float = 5e-6
+
+    def __post_init__(self) -> None:
+        s = "cluster.inter_node"
+        _set(self, "fabric", _choice(s, "fabric", self.fabric, INTER_FABRICS))
+        _set(self, "nics_per_node", _int(s, "nics_per_node", self.nics_per_node, minimum=0))
+        _set(self, "nic_bandwidth_bytes_per_s",
+             _pos(s, "nic_bandwidth", self.nic_bandwidth_bytes_per_s))
+        _set(self, "oversubscription", _pos(s, "oversubscription", self.oversubscription))
+        if self.oversubscription < 1:
+            raise InputError(f"{s}.oversubscription", f"must be >= 1, got {self.oversubscription}")
+        _set(self, "latency_s", _pos(s, "latency_s", self.latency_s, allow_zero=True))
+
+    @property
+    def node_bandwidth_bytes_per_s(self) -> float:
+        """What one node can inject into the fabric, after oversubscription."""
+        return self.nics_per_node * self.nic_bandwidth_bytes_per_s / self.oversubscription
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Homogeneous nodes of ``gpus_per_node`` GPUs. ``graph`` optionally replaces the short
+    form with an explicit networkx node-link topology (see :mod:`costmodel.topology`)."""
+
+    name: str
+    num_nodes: int
+    gpus_per_node: int
+    gpu: GPUSpec
+    intra_node: IntraNodeSpec = field(default_factory=IntraNodeSpec)
+    inter_node: InterNodeSpec = field(default_factory=InterNodeSpec)
+    graph_data: Mapping[str, Any] | None = None
+    calibration: Mapping[str, float] | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        _set(self, "num_nodes", _int("cluster", "num_nodes", self.num_nodes))
+        _set(self, "gpus_per_node", _int("cluster", "gpus_per_node", self.gpus_per_node))
+        if not isinstance(self.gpu, GPUSpec):
+            raise InputError("cluster.gpu", "must be a GPU catalog key or mapping")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    def __hash__(self) -> int:  # graph_data / calibration are mappings
+        return hash((self.name, self.num_nodes, self.gpus_per_node, self.gpu.name,
+                     self.intra_node, self.inter_node))
+
+
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrainingSpec:
+    """What one optimizer step processes."""
+
+    seq_length: int = 2048
+    global_batch_size: int = 1024  # sequences per optimizer step
+    # Framework behaviour the step time depends on (modern Megatron-Core defaults):
+    flash_attention: bool = True  # fused attention: no s^2 activations, causal half FLOPs
+    overlap_grad_reduce: bool = True  # DP reduction in buckets overlapped with backward
+    dropout: bool = False  # dropout masks in activation memory (Korthikanti et al. assume them)
+
+    def __post_init__(self) -> None:
+        _set(self, "seq_length", _int("training", "seq_length", self.seq_length))
+        _set(self, "global_batch_size",
+             _int("training", "global_batch_size", self.global_batch_size))
+        for name in ("flash_attention", "overlap_grad_reduce", "dropout"):
+            _set(self, name, _bool("training", name, getattr(self, name)))
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_length * self.global_batch_size
+
+
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ParallelConfig:
+    """One candidate layout: the ``parallel`` section of a run file (contract.md section 2)."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    micro_batch_size: int = 1
+    precision: str = "bf16"
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    zero_stage: int = 0
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    nccl_algo: str = "auto"
+    nccl_proto: str = "auto"
+
+    def __post_init__(self) -> None:
+        s = "parallel"
+        for name in ("tp", "pp", "dp", "micro_batch_size", "virtual_stages"):
+            _set(self, name, _int(s, name, getattr(self, name)))
+        _set(self, "zero_stage", _int(s, "zero_stage", self.zero_stage, minimum=0))
+        if self.zero_stage > 3:
+            raise InputError("parallel.zero_stage", f"must be 0..3, got {self.zero_stage}")
+        _set(self, "precision", _choice(s, "precision", self.precision, PRECISIONS))
+        _set(self, "recompute", _choice(s, "recompute", self.recompute, RECOMPUTE))
+        _set(self, "schedule", _choice(s, "schedule", self.schedule, SCHEDULES))
+        _set(self, "sequence_parallel", _bool(s, "sequence_parallel", self.sequence_parallel))
+        if self.virtual_stages > 1 and self.schedule != "interleaved":
+            raise InputError("parallel.virtual_stages",
+                             f"{self.virtual_stages} needs schedule: interleaved",
+                             "set schedule: interleaved or virtual_stages: 1")
+        for name in ("nccl_algo", "nccl_proto"):
+            v = getattr(self, name)
+            if not isinstance(v, str) or not v:
+                raise InputError(f"parallel.{name}", f"must be a string, got {v!r}")
+            _set(self, name, v.lower())
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
