@@ -1,0 +1,119 @@
+"""Compute: FLOPs of every op of a transformer layer and their roofline time on one GPU.
+
+All functions are vectorised: array arguments broadcast against each other.
+
+Sources:
+- GEMM FLOPs 2*M*N*K and the per-layer FLOP counts: Narayanan et al. 2021 (arXiv:2104.04473),
+  Appendix; generalised to GQA and gated MLPs as in Megatron-LM's
+  ``num_floating_point_operations`` (cost-model.md section 2.1).
+- Model FLOPs per iteration: Korthikanti et al. 2022 (arXiv:2205.05198) eq. 7 (no recompute);
+  hardware FLOPs add the recomputed forward (Narayanan et al. eq. 3 for full recompute).
+- Roofline time max(F / (eta_c * peak), Q / (eta_m * B_mem)): Williams et al. 2009 (CACM 52(4)).
+- Wave quantisation of GEMM tiles over the SMs: NVIDIA "Matrix Multiplication Background User's
+  Guide" (docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.calibration import Efficiency
+from costmodel.specs import ModelSpec
+
+# Bytes per element of the GEMM inputs per precision code (PRECISIONS order:
+# fp32, tf32, fp16, bf16, fp8). fp8 GEMMs read 1-byte operands; activations stay 16-bit.
+GEMM_BYTES = np.array([4.0, 4.0, 2.0, 2.0, 1.0])
+ACT_BYTES = np.array([4.0, 4.0, 2.0, 2.0, 2.0])
+
+TILE_M = 128
+TILE_N = 128
+
+
+def padded_vocab(vocab_size: int, tp: np.ndarray, multiple: int = 128) -> np.ndarray:
+    """Megatron pads the vocabulary to a multiple of ``multiple * tp`` (vocab_utils.py)."""
+    unit = multiple * np.asarray(tp)
+    return np.ceil(vocab_size / unit) * unit
+
+
+def gemm_time_s(m, n, k, *, peak_flops_per_s, mem_bandwidth_bytes_per_s, elem_bytes,
+                eff: Efficiency, sm_count: int) -> np.ndarray:
+    """Roofline time of one (m x k) @ (k x n) GEMM, with wave quantisation and launch cost.
+
+    time = max(2mnk / (eta_gemm * peak * wave_eff), bytes / (eta_mem * B_mem)) + overhead,
+    wave_eff = tiles / (waves * SMs) with 128x128 output tiles.
+    """
+    m = np.asarray(m, dtype=float)
+    n = np.asarray(n, dtype=float)
+    k = np.asarray(k, dtype=float)
+    flops = 2.0 * m * n * k
+    tiles = np.ceil(m / TILE_M) * np.ceil(n / TILE_N)
+    waves = np.ceil(tiles / sm_count)
+    wave_eff = tiles / (waves * sm_count)
+    # Small GEMMs lose efficiency beyond quantisation (pipeline fill, fewer K iterations):
+    # a saturating factor k / (k + k_half) on the reduction dimension.
+    k_eff = k / (k + eff.gemm_k_half)
+    t_compute = flops / (eff.gemm * peak_flops_per_s * wave_eff * k_eff)
+    q = elem_bytes * (m * k + k * n) + 2.0 * m * n
+    t_memory = q / (eff.memory * mem_bandwidth_bytes_per_s)
+    return np.maximum(t_compute, t_memory) + eff.kernel_overhead_s
+
+
+def memory_op_time_s(bytes_moved, *, mem_bandwidth_bytes_per_s, eff: Efficiency,
+                     n_kernels: float = 1.0) -> np.ndarray:
+    """A memory-bound op (norm, activation, residual, softmax, optimizer): bytes / B_mem."""
+    return (np.asarray(bytes_moved, dtype=float) / (eff.memory * mem_bandwidth_bytes_per_s)
+            + n_kernels * eff.kernel_overhead_s)
+
+
+@dataclass(frozen=True)
+class LayerFlops:
+    """Forward FLOPs of one transformer layer for one micro-batch on one TP rank."""
+
+    gemm_flops: np.ndarray  # QKV + output projection + MLP
+    attention_flops: np.ndarray  # QK^T and attention over V (full square, paper convention)
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.gemm_flops + self.attention_flops
+
+
+def layer_forward_flops(model: ModelSpec, seq_length: int, micro_batch, tp) -> LayerFlops:
+    """2*b*s*(2*h*d_h*(a+g) + c*h*f)/t GEMM + 4*b*s^2*a*d_h/t attention (forward)."""
+    b = np.asarray(micro_batch, dtype=float)
+    t = np.asarray(tp, dtype=float)
+    s = float(seq_length)
+    h, d, a, g, f = (model.hidden_size, model.head_dim, model.num_attention_heads,
+                     model.num_kv_heads, model.ffn_hidden_size)
+    c = 3.0 if model.gated_mlp else 2.0
+    gemm = 2.0 * b * s * (2.0 * h * d * (a + g) + c * h * f) / t
+    attn = 4.0 * b * s * s * a * d / t
+    return LayerFlops(gemm, attn)
+
+
+def model_flops_per_step(model: ModelSpec, seq_length: int, global_batch_size: int
+                         ) -> float:
+    """Model FLOPs of one optimizer step, Korthikanti et al. eq. 7 generalised (GQA, gated).
+
+    3 x (forward GEMMs + attention + LM head), no recomputation, unpadded vocabulary, full
+    s^2 attention (the papers' convention, used for MFU).
+    """
+    lf = layer_forward_flops(model, seq_length, 1, 1)
+    per_sample = (model.num_layers * float(lf.total)
+                  + 2.0 * seq_length * model.hidden_size * model.vocab_size)
+    return 3.0 * per_sample * global_batch_size
+
+
+def recompute_flops_per_step(model: ModelSpec, seq_length: int, global_batch_size: int,
+                             recompute: np.ndarray, flash_attention: bool) -> np.ndarray:
+    """Extra forward FLOPs executed by recomputation (hardware FLOPs - model FLOPs).
+
+    full: one more forward of every layer (Narayanan et al. eq. 3); selective: the attention
+    core only (Korthikanti et al. section 5), already recomputed by fused attention.
+    """
+    lf = layer_forward_flops(model, seq_length, 1, 1)
+    full = model.num_layers * float(lf.total) * global_batch_size
+    sel = 0.0 if flash_attention else model.num_layers * float(lf.attention_flops) * global_batch_size
+    recompute = np.asarray(recompute)
+    return np.where(recompute == 2, full, np.where(recompute == 1, sel, 0.0))

@@ -1,0 +1,92 @@
+"""Memory per GPU: model states by precision and ZeRO stage, activations, buffers.
+
+Sources:
+- Model states: Rajbhandari et al. 2020 (ZeRO, arXiv:1910.02054) section 3.1/5: mixed-precision
+  Adam holds 2 + 2 + K bytes per parameter (K = 12), and stages 1/2/3 shard optimizer
+  states / gradients / parameters over the d data-parallel ranks. Megatron-LM keeps fp32 main
+  gradients, 2 + 4 + 12 = 18 bytes (README "Distributed Optimizer"; cost-model.md 4.2).
+- Activations per layer: Korthikanti et al. 2022 (arXiv:2205.05198) eq. 1 and Table 2,
+  extended to GQA, gated MLPs, fused attention and no dropout (cost-model.md 3.2).
+- Micro-batches in flight: GPipe m; 1F1B min(p - i, m) on stage i; interleaved x
+  (1 + (p - 1)/(p v)) (Korthikanti et al. 4.2.3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel.specs import ModelSpec
+
+# Bytes per parameter (param, grad, optimizer) by precision code (PRECISIONS order).
+# Mixed precision: 16-bit params, fp32 main grads (Megatron), fp32 master + Adam m, v.
+# fp32/tf32: fp32 params and grads, Adam m and v (no master copy).
+PARAM_BYTES = np.array([4.0, 4.0, 2.0, 2.0, 2.0])
+GRAD_BYTES = np.array([4.0, 4.0, 4.0, 4.0, 4.0])
+OPTIMIZER_BYTES = np.array([8.0, 8.0, 12.0, 12.0, 12.0])
+
+
+def model_state_bytes(params, param_bytes, grad_bytes, optimizer_bytes, zero_stage, dp):
+    """Bytes per GPU of parameters, gradients and optimizer states for ``params`` parameters
+    held by the rank before ZeRO sharding (ZeRO paper Fig. 1 / section 5.1).
+
+    Returns (weights, gradients, optimizer) arrays.
+    stage 0: P + G + K; 1: P + G + K/d; 2: P + (G + K)/d; 3: (P + G + K)/d.
+    """
+    z = np.asarray(zero_stage)
+    d = np.asarray(dp, dtype=float)
+    params = np.asarray(params, dtype=float)
+    w = params * param_bytes / np.where(z >= 3, d, 1.0)
+    g = params * grad_bytes / np.where(z >= 2, d, 1.0)
+    o = params * optimizer_bytes / np.where(z >= 1, d, 1.0)
+    return w, g, o
+
+
+def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, sp, recompute,
+                           *, flash_attention: bool, dropout: bool, act_bytes=2.0
+                           ) -> np.ndarray:
+    """Activation bytes one layer stores for one micro-batch on one TP rank.
+
+    Korthikanti et al. eq. 1 with 16-bit activations: outside the TP regions 10*sbh (layer-norm
+    inputs 4sbh, QKV and MLP inputs 2sbh each, two dropout masks sbh each), split by t only
+    with sequence parallelism; inside: Q, K, V 2sb(a+2g)d_h, attention core 5as^2b (2as^2b
+    without dropout; 0 with fused attention or selective recompute), output-projection input
+    2sbh, MLP 4sbf (plain) or 6sbf (gated), all split by t. Full recompute keeps only the layer
+    input 2sbh (split by t with SP).
+    """
+    b = np.asarray(micro_batch, dtype=float)
+    t = np.asarray(tp, dtype=float)
+    sp = np.asarray(sp, dtype=bool)
+    rc = np.asarray(recompute)
+    s = float(seq_length)
+    h, d, a, g, f = (model.hidden_size, model.head_dim, model.num_attention_heads,
+                     model.num_kv_heads, model.ffn_hidden_size)
+    e = np.asarray(act_bytes, dtype=float) / 2.0  # formulas below count 16-bit elements
+    sbh = s * b * h
+    outside = sbh * (8.0 + (2.0 if dropout else 0.0))
+    qkv = 2.0 * s * b * (a + 2 * g) * d
+    out_proj_in = 2.0 * s * b * a * d
+    mlp = (6.0 if model.gated_mlp else 4.0) * s * b * f
+    if flash_attention:
+        # output is the out-proj input; softmax statistics: fp32 per row and head
+        core = 4.0 * a * s * b * np.ones_like(b)
+    else:
+        core = (5.0 if dropout else 2.0) * a * s * s * b * np.ones_like(b)
+    core = np.where(rc == 1, 0.0, core)
+    inside = qkv + out_proj_in + mlp + core
+    per_layer = outside / np.where(sp, t, 1.0) + inside / t
+    full = 2.0 * sbh / np.where(sp, t, 1.0)
+    return e * np.where(rc == 2, full, per_layer)
+
+
+def microbatches_in_flight(schedule, pp, m, virtual_stages, stage_index=0) -> np.ndarray:
+    """How many micro-batches' activations stage ``stage_index`` keeps at its peak.
+
+    GPipe: m. 1F1B: min(p - i, m). Interleaved with v chunks: min(p - i, m) x (1 + (p-1)/(p v)).
+    """
+    sched = np.asarray(schedule)
+    p = np.asarray(pp, dtype=float)
+    m = np.asarray(m, dtype=float)
+    v = np.asarray(virtual_stages, dtype=float)
+    one_f = np.minimum(p - stage_index, m)
+    inter = one_f * (1.0 + (p - 1.0) / (p * v))
+    return np.where(sched == 0, m, np.where(sched == 2, inter, one_f))

@@ -1,0 +1,95 @@
+"""Cost-model formulas against hand calculations from their papers."""
+
+import numpy as np
+import pytest
+
+from costmodel.compute import model_flops_per_step, recompute_flops_per_step
+from costmodel.memory import layer_activation_bytes, microbatches_in_flight, model_state_bytes
+from costmodel.schedule import bubble_share, pipeline_span_s
+from costmodel.specs import ModelSpec
+
+GPT3 = ModelSpec(name="gpt3", num_layers=96, hidden_size=12288, num_attention_heads=96,
+                 ffn_hidden_size=4 * 12288, vocab_size=51200, tied_embeddings=True,
+                 learned_position_embeddings=True, linear_bias=True, normalization="layernorm")
+
+
+def test_model_flops_gpt3_korthikanti_eq7():
+    # 72*B*s*L*h^2*(1 + s/(6h) + V/(12hL)), B=1536, s=2048 -> 3.386e18 (cost-model.md 2.2)
+    B, s, L, h, V = 1536, 2048, 96, 12288, 51200
+    expected = 72 * B * s * L * h**2 * (1 + s / (6 * h) + V / (12 * h * L))
+    got = model_flops_per_step(GPT3, s, B)
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert got == pytest.approx(3.386e18, rel=1e-3)
+
+
+def test_full_recompute_flops_narayanan_eq3():
+    # 96*B*s*L*h^2*(1 + s/(6h) + V/(16hL)) -> 4.511e18
+    B, s = 1536, 2048
+    hw = model_flops_per_step(GPT3, s, B) + recompute_flops_per_step(
+        GPT3, s, B, np.array([2]), flash_attention=False)[0]
+    assert hw == pytest.approx(4.511e18, rel=1e-3)
+    sel = recompute_flops_per_step(GPT3, s, B, np.array([1]), flash_attention=False)[0]
+    assert sel == pytest.approx(4 * B * s**2 * 12288 * 96, rel=1e-12)  # 4Bs^2h per layer
+
+
+def test_mixed_precision_adam_is_16_bytes_and_zero_stages():
+    # ZeRO paper Fig. 1: psi = 7.5e9, d = 64, K = 12: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB
+    psi, d = 7.5e9, 64
+    totals = [sum(model_state_bytes(psi, 2, 2, 12, z, d)) for z in range(4)]
+    assert totals[0] == pytest.approx(16 * psi)
+    assert [round(x / 1e9, 1) for x in totals] == [120.0, 31.4, 16.6, 1.9]
+    # Megatron's accounting (fp32 main grads): 18 bytes, 6 + 12/d with distributed optimizer
+    assert sum(model_state_bytes(1.0, 2, 4, 12, 0, 8)) == pytest.approx(18)
+    assert sum(model_state_bytes(1.0, 2, 4, 12, 1, 8)) == pytest.approx(6 + 12 / 8)
+
+
+@pytest.mark.parametrize("tp,sp,rc,expected_mb", [
+    (1, False, 0, 2869.0),   # sbh(34 + 5as/h) = 2.869 GB
+    (8, True, 0, 358.6),     # sbh(34/t + 5as/(ht))
+    (8, True, 1, 107.0),     # selective: sbh*34/t
+    (1, False, 2, 50.3),     # full recompute: 2sbh
+])
+def test_korthikanti_activation_table(tp, sp, rc, expected_mb):
+    got = layer_activation_bytes(GPT3, 2048, 1, tp, sp, rc, flash_attention=False,
+                                 dropout=True)
+    assert float(got) / 1e6 == pytest.approx(expected_mb, rel=2e-3)
+
+
+def test_plain_tp_activation_keeps_10sbh_unsplit():
+    s, b, h, a, t = 2048, 1, 12288, 96, 8
+    got = layer_activation_bytes(GPT3, s, b, t, False, 0, flash_attention=False, dropout=True)
+    assert float(got) == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
+
+
+def test_bubble_share_article_case():
+    # LLaMA-65B, PP=4: m=4 -> 3/7 = 42.9%; m=8 -> 3/11 = 27.3%; interleaved v=2, m=4 -> 3/11
+    assert bubble_share(4, 4) == pytest.approx(3 / 7)
+    assert bubble_share(4, 8) == pytest.approx(3 / 11)
+    assert bubble_share(4, 4, 2) == pytest.approx(3 / 11)
+    assert bubble_share(1, 8) == 0
+
+
+def test_pipeline_span_equal_stages_matches_closed_form():
+    T, p, m = 0.25, 4, 8
+    span, steady, bubble = pipeline_span_s(T, T, T, p, m, 1, 1)
+    assert span == pytest.approx((m + p - 1) * T)
+    assert bubble / span == pytest.approx(bubble_share(p, m))
+    span_i, _, bub_i = pipeline_span_s(T, T, T, p, m, 2, 2)
+    assert bub_i == pytest.approx((p - 1) * T / 2)
+    # a heavier last stage sets the steady state (flow-shop approximation)
+    span_u, steady_u, _ = pipeline_span_s(T, T, 1.2 * T, p, m, 1, 1)
+    assert steady_u == pytest.approx(m * 1.2 * T)
+    assert span_u == pytest.approx(3 * T + 1.2 * T + (m - 1) * 1.2 * T)
+
+
+def test_microbatches_in_flight():
+    assert microbatches_in_flight(0, 4, 16, 1) == 16      # GPipe keeps all m
+    assert microbatches_in_flight(1, 4, 16, 1) == 4       # 1F1B first stage keeps p
+    assert microbatches_in_flight(1, 4, 16, 1, 3) == 1    # last stage keeps 1
+    assert microbatches_in_flight(1, 4, 2, 1) == 2        # fewer micro-batches than stages
+    assert microbatches_in_flight(2, 4, 16, 2) == pytest.approx(4 * (1 + 3 / 8))
+
+
+def test_parameter_counts():
+    # Narayanan eq. 2 for GPT-3: 174.6B with s = 2048 learned positions
+    assert GPT3.total_params(2048) / 1e9 == pytest.approx(174.6, abs=0.1)
