@@ -1,0 +1,452 @@
+"""Validity rules: named values with a readable reason, each vectorised over a ConfigBatch.
+
+A rule answers "is this configuration structurally possible?" (the cost model is undefined
+otherwise); resource limits such as the memory budget are not rules but objectives/constraints
+in the optimizer. ``Rule.check(ctx, batch)`` returns one bool per configuration, True where
+the rule holds. The rules mirror what Megatron-LM's ``validate_args`` and schedules enforce
+(ecosystem.md section 2.1), DeepSpeed/FSDP's ZeRO limits, and NCCL's algorithm/protocol
+validity (ecosystem.md section 2.5, nccl.md sections 2 and 5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from costmodel.batch import ConfigBatch
+from costmodel.errors import InputError
+from costmodel.specs import (
+    NCCL_ALGOS,
+    NCCL_PROTOS,
+    PRECISIONS,
+    RECOMPUTE,
+    SCHEDULES,
+    ClusterSpec,
+    ModelSpec,
+    ParallelConfig,
+    TrainingSpec,
+)
+from search_spaces.space import (
+    NcclEntry,
+    batch_from_choices,
+    parse_nccl,
+)
+
+_INTERLEAVED = SCHEDULES.index("interleaved")
+_FP8 = PRECISIONS.index("fp8")
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the rules need besides the configurations themselves."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    allow_cross_node_tp: bool = False
+    allow_collnet: bool = False  # CollNet needs NCCL_COLLNET_ENABLE=1 and a SHARP plugin
+
+    def __post_init__(self) -> None:
+        for name, kind in (("model", ModelSpec), ("cluster", ClusterSpec),
+                           ("training", TrainingSpec)):
+            if not isinstance(getattr(self, name), kind):
+                raise InputError(name, f"must be a {kind.__name__}, got "
+                                       f"{type(getattr(self, name)).__name__}")
+        for name in ("allow_cross_node_tp", "allow_collnet"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(name, f"must be true or false, got {getattr(self, name)!r}")
+
+    @property
+    def world_size(self) -> int:
+        return self.cluster.num_gpus
+
+
+Check = Callable[[Context, ConfigBatch], np.ndarray]
+Detail = Callable[[Context, Mapping[str, Any]], str]
+
+_ALL_COLUMNS = frozenset({"tp", "pp", "dp", "micro_batch_size", "precision", "recompute",
+                          "sequence_parallel", "zero_stage", "schedule", "virtual_stages",
+                          "nccl_algo", "nccl_proto"})
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named validity rule.
+
+    ``check(ctx, batch)`` is True where the rule holds. ``reads`` names the ConfigBatch columns
+    the check looks at (the enumerator applies a rule as soon as those are expanded).
+    ``detail(ctx, row)`` optionally says, for one configuration, what exactly is wrong.
+    """
+
+    name: str
+    reason: str
+    check: Check
+    reads: frozenset[str] = _ALL_COLUMNS
+    detail: Detail | None = None
+
+    def __call__(self, ctx: Context, batch: ConfigBatch) -> np.ndarray:
+        out = np.asarray(self.check(ctx, batch), dtype=bool)
+        return np.broadcast_to(out, (len(batch),))
+
+    def __repr__(self) -> str:
+        return f"<Rule {self.name}: {self.reason}>"
+
+    def message(self, ctx: Context, row: Mapping[str, Any]) -> str:
+        """The reason, followed by the specifics for ``row`` when the rule has them."""
+        return f"{self.reason}: {self.detail(ctx, row)}" if self.detail else self.reason
+
+
+def _divides(numerator: int | np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """``denominator > 0 and numerator % denominator == 0``, without dividing by zero."""
+    d = np.asarray(denominator)
+    return (d > 0) & (np.asarray(numerator) % np.maximum(d, 1) == 0)
+
+
+# --------------------------------------------------------------------------------------------
+# Structural rules (ecosystem.md section 2.1: Megatron-LM validate_args)
+def _world_size(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    return b.tp * b.pp * b.dp == ctx.world_size
+
+
+def _tp_divides_heads(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    m = ctx.model
+    return _divides(m.num_attention_heads, b.tp) & _divides(m.num_kv_heads, b.tp)
+
+
+def _tp_within_node(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    gpn = ctx.cluster.gpus_per_node
+    inside = (b.tp <= gpn) & _divides(gpn, b.tp)
+    if ctx.allow_cross_node_tp:  # a TP group must still tile whole nodes
+        return inside | _divides(b.tp, np.full_like(b.tp, gpn))
+    return inside
+
+
+def _pp_divides_layers(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    layers = ctx.model.num_layers
+    return (b.pp <= layers) & _divides(layers, b.pp)
+
+
+def _batch_divisible(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    return _divides(ctx.training.global_batch_size, b.micro_batch_size * b.dp)
+
+
+def _interleaved_needs_pp(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    inter = b.schedule == _INTERLEAVED
+    return np.where(inter, (b.pp > 1) & (b.virtual_stages > 1), b.virtual_stages == 1)
+
+
+def _virtual_stages_divide_layers(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # Judged only where pp divides the layers (else pp_divides_layers already says why).
+    layers = ctx.model.num_layers
+    return ((b.virtual_stages == 1) | ~_divides(layers, b.pp)
+            | _divides(layers, b.pp * b.virtual_stages))
+
+
+def _microbatches(ctx: Context, b: ConfigBatch) -> tuple[np.ndarray, np.ndarray]:
+    """(m, whether m is an integer): microbatches per step, m = global / (mbs * dp)."""
+    per_step = b.micro_batch_size * b.dp
+    whole = _divides(ctx.training.global_batch_size, per_step)
+    return ctx.training.global_batch_size // np.maximum(per_step, 1), whole
+
+
+def _interleaved_microbatches(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # Megatron's interleaved schedule: m must be a multiple of pp (default microbatch group
+    # size per virtual stage = pp; also Narayanan et al. 2021 section 2.2.2).
+    m, whole = _microbatches(ctx, b)
+    return (b.schedule != _INTERLEAVED) | ~whole | _divides(m, b.pp)
+
+
+def _sp_needs_tp(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    return ~b.sequence_parallel | (b.tp > 1)
+
+
+def _fp8_hardware(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    return (b.precision != _FP8) | ctx.cluster.gpu.supports("fp8")
+
+
+def _precision_hardware(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # fp8 is judged by fp8_hardware alone, so a config is not reported twice.
+    ok = np.array([p == "fp8" or ctx.cluster.gpu.supports(p) for p in PRECISIONS])
+    return ok[b.precision]
+
+
+def _zero3_no_pp(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    return (b.zero_stage < 3) | (b.pp == 1)
+
+
+def _zero_needs_dp(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    return (b.zero_stage == 0) | (b.dp > 1)
+
+
+# --------------------------------------------------------------------------------------------
+# NCCL algorithm / protocol gates (ecosystem.md section 2.5; nccl.md sections 2, 4.2, 5)
+#: Which algorithms can run each collective (NCCL's own names map onto these codes:
+#: CollNetDirect and CollNetChain are "collnet").
+CAPABLE_ALGOS: Mapping[str, frozenset[str]] = {
+    "allreduce": frozenset({"tree", "ring", "collnet", "nvls", "nvlstree"}),
+    "allgather": frozenset({"ring", "pat", "nvls", "collnet"}),
+    "reducescatter": frozenset({"ring", "pat", "nvls", "collnet"}),
+    "broadcast": frozenset({"ring"}),
+    "reduce": frozenset({"ring"}),
+}
+#: Algorithms that run only the Simple protocol.
+SIMPLE_ONLY_ALGOS: frozenset[str] = frozenset({"collnet", "nvls", "nvlstree", "pat"})
+_ALGO_NAMES = frozenset(a for a in NCCL_ALGOS if a != "auto")
+_PROTO_NAMES = frozenset(p for p in NCCL_PROTOS if p != "auto")
+
+
+def available_algos(ctx: Context) -> frozenset[str]:
+    """Algorithms NCCL can enable on this cluster (coarse, per nccl.md section 5).
+
+    NVLS/NVLSTree need an NVSwitch system with sm90+; NVLSTree only runs across nodes and NVLS
+    across nodes needs CollNet; PAT needs one GPU per node and sm60+; CollNet needs
+    ``ctx.allow_collnet`` (NCCL_COLLNET_ENABLE=1 and a SHARP plugin).
+    """
+    c = ctx.cluster
+    sm = c.gpu.compute_capability
+    nvls_hw = c.intra_node.fabric == "nvswitch" and sm >= 90
+    out = {"ring", "tree"}
+    if nvls_hw and (c.num_nodes == 1 or ctx.allow_collnet):
+        out.add("nvls")
+    if nvls_hw and c.num_nodes > 1:
+        out.add("nvlstree")
+    if c.gpus_per_node == 1 and sm >= 60:
+        out.add("pat")
+    if ctx.allow_collnet:
+        out.add("collnet")
+    return frozenset(out)
+
+
+def available_protos(ctx: Context) -> frozenset[str]:
+    """Protocols that are safe on this cluster: LL128 needs NVLink-class intra-node paths and
+    sm70+ (nccl.md section 5.3; PCIe-only nodes never get it, and forcing it there risks data
+    corruption according to the NCCL docs)."""
+    c = ctx.cluster
+    out = {"ll", "simple"}
+    if c.intra_node.fabric != "pcie" and c.gpu.compute_capability >= 70:
+        out.add("ll128")
+    return frozenset(out)
+
+
+def _allowed(entries: tuple[NcclEntry, ...], collective: str, universe: frozenset[str]
+             ) -> frozenset[str]:
+    """The set one NCCL_ALGO/NCCL_PROTO value allows for ``collective`` (all when not forced)."""
+    chosen = next((e for e in entries if e.collective == collective), None)
+    if chosen is None:
+        chosen = next((e for e in entries if e.collective is None), None)
+    if chosen is None:
+        return universe
+    return universe - set(chosen.names) if chosen.exclude else frozenset(chosen.names)
+
+
+def used_collectives(tp: int, sequence_parallel: bool, zero_stage: int) -> tuple[str, ...]:
+    """Collectives a training step issues, coarsely: AllReduce always (gradients, loss,
+    gradient norm); AllGather and ReduceScatter with sequence parallelism or ZeRO >= 1;
+    Broadcast with tp > 1 (Megatron broadcasts each batch to its TP group). Pipeline
+    send/recv is not governed by NCCL_ALGO."""
+    out = ["allreduce"]
+    if sequence_parallel or zero_stage > 0:
+        out += ["allgather", "reducescatter"]
+    if tp > 1:
+        out.append("broadcast")
+    return tuple(out)
+
+
+def nccl_problem(ctx: Context, algo: str, proto: str, collectives: Sequence[str]) -> str | None:
+    """Why forcing ``algo``/``proto`` cannot run one of ``collectives`` here, or None if it can.
+
+    Since NCCL 2.24 a forced algorithm that cannot run a collective fails at the call
+    (nccl.md section 4.2), so each used collective needs a runnable (algorithm, protocol) pair
+    inside the forced lists, among the algorithms this cluster enables.
+    """
+    try:
+        algo_entries = parse_nccl(algo, NCCL_ALGOS, "parallel.nccl_algo")
+        proto_entries = parse_nccl(proto, NCCL_PROTOS, "parallel.nccl_proto")
+    except InputError as err:
+        return str(err)
+    algos_here = available_algos(ctx)
+    protos_here = available_protos(ctx)
+    named_protos = {n for e in proto_entries if not e.exclude for n in e.names}
+    if "ll128" in named_protos and "ll128" not in protos_here:
+        return ("nccl_proto names ll128, which this cluster does not support (PCIe-only "
+                "intra-node fabric or sm < 70)")
+    for coll in collectives:
+        algos = _allowed(algo_entries, coll, _ALGO_NAMES) & CAPABLE_ALGOS[coll]
+        runnable = algos & algos_here
+        if not runnable:
+            return (f"nccl_algo {algo!r} leaves no algorithm that can run {coll} on this "
+                    f"cluster (allowed for {coll}: {sorted(algos) or 'none'}; enabled here: "
+                    f"{sorted(algos_here)})")
+        protos = _allowed(proto_entries, coll, _PROTO_NAMES) & protos_here
+        if not any(p == "simple" or a not in SIMPLE_ONLY_ALGOS for a in runnable for p in protos):
+            return (f"nccl_proto {proto!r} leaves no protocol for {coll} with algorithms "
+                    f"{sorted(runnable)} (NVLS, NVLSTree, CollNet and PAT run Simple only)")
+    return None
+
+
+# usage patterns: index = 2*(needs allgather/reducescatter) + (needs broadcast)
+_USAGES: tuple[tuple[str, ...], ...] = (
+    ("allreduce",), ("allreduce", "broadcast"), ("allreduce", "allgather", "reducescatter"),
+    ("allreduce", "allgather", "reducescatter", "broadcast"),
+)
+
+
+@lru_cache(maxsize=256)
+def _nccl_table_cached(ctx: Context, algos: tuple[str, ...], protos: tuple[str, ...]
+                       ) -> np.ndarray:
+    return _nccl_table(ctx, algos, protos)
+
+
+def _nccl_table(ctx: Context, algos: tuple[str, ...], protos: tuple[str, ...]) -> np.ndarray:
+    """valid[algo code, proto code, usage pattern] for a batch's NCCL tables."""
+    out = np.zeros((len(algos), len(protos), len(_USAGES)), dtype=bool)
+    for i, a in enumerate(algos):
+        for j, p in enumerate(protos):
+            for k, usage in enumerate(_USAGES):
+                out[i, j, k] = nccl_problem(ctx, a, p, usage) is None
+    out.flags.writeable = False
+    return out
+
+
+def _nccl_gates(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    try:
+        table = _nccl_table_cached(ctx, b.nccl_algo_table, b.nccl_proto_table)
+    except TypeError:  # an unhashable spec (e.g. a custom mapping inside): no cache
+        table = _nccl_table(ctx, b.nccl_algo_table, b.nccl_proto_table)
+    usage = 2 * (b.sequence_parallel | (b.zero_stage > 0)).astype(np.int64) + (b.tp > 1)
+    return table[b.nccl_algo, b.nccl_proto, usage]
+
+
+def _nccl_detail(ctx: Context, r: Mapping[str, Any]) -> str:
+    usage = used_collectives(r["tp"], r["sequence_parallel"], r["zero_stage"])
+    return nccl_problem(ctx, r["nccl_algo"], r["nccl_proto"], usage) or "ok"
+
+
+# --------------------------------------------------------------------------------------------
+def _m(ctx: Context, r: Mapping[str, Any]) -> str:
+    per = r["micro_batch_size"] * r["dp"]
+    return f"{ctx.training.global_batch_size}/{per}" if per else "undefined"
+
+
+WORLD_SIZE = Rule(
+    "world_size", "tp * pp * dp must equal the number of GPUs", _world_size,
+    frozenset({"tp", "pp", "dp"}),
+    lambda c, r: f"{r['tp']} * {r['pp']} * {r['dp']} = {r['tp'] * r['pp'] * r['dp']}, "
+                 f"cluster has {c.world_size} GPUs")
+TP_DIVIDES_HEADS = Rule(
+    "tp_divides_heads", "tp must divide num_attention_heads and num_kv_heads",
+    _tp_divides_heads, frozenset({"tp"}),
+    lambda c, r: f"tp={r['tp']}, num_attention_heads={c.model.num_attention_heads}, "
+                 f"num_kv_heads={c.model.num_kv_heads}")
+TP_WITHIN_NODE = Rule(
+    "tp_within_node", "a tensor-parallel group must fit in one node (tp <= gpus_per_node and "
+    "divides it) unless cross-node TP is allowed", _tp_within_node, frozenset({"tp"}),
+    lambda c, r: f"tp={r['tp']}, gpus_per_node={c.cluster.gpus_per_node}"
+                 + (" (cross-node TP allowed, but the group must tile whole nodes)"
+                    if c.allow_cross_node_tp else ""))
+PP_DIVIDES_LAYERS = Rule(
+    "pp_divides_layers", "pp must divide num_layers (even pipeline split)",
+    _pp_divides_layers, frozenset({"pp"}),
+    lambda c, r: f"pp={r['pp']}, num_layers={c.model.num_layers}")
+BATCH_DIVISIBLE = Rule(
+    "batch_divisible", "global_batch_size must be a multiple of micro_batch_size * dp",
+    _batch_divisible, frozenset({"micro_batch_size", "dp"}),
+    lambda c, r: f"global_batch_size={c.training.global_batch_size}, "
+                 f"micro_batch_size={r['micro_batch_size']}, dp={r['dp']}")
+INTERLEAVED_NEEDS_PP = Rule(
+    "interleaved_needs_pp", "the interleaved schedule needs pp > 1 and virtual_stages > 1; "
+    "other schedules need virtual_stages = 1", _interleaved_needs_pp,
+    frozenset({"schedule", "pp", "virtual_stages"}),
+    lambda c, r: f"schedule={r['schedule']}, pp={r['pp']}, "
+                 f"virtual_stages={r['virtual_stages']}")
+VIRTUAL_STAGES_DIVIDE_LAYERS = Rule(
+    "virtual_stages_divide_layers", "virtual_stages must divide the layers per pipeline stage",
+    _virtual_stages_divide_layers, frozenset({"pp", "virtual_stages"}),
+    lambda c, r: f"num_layers/pp = {c.model.num_layers}/{r['pp']}, "
+                 f"virtual_stages={r['virtual_stages']}")
+INTERLEAVED_MICROBATCHES = Rule(
+    "interleaved_microbatches", "with the interleaved schedule the number of microbatches "
+    "(global_batch_size / (micro_batch_size * dp)) must be a multiple of pp",
+    _interleaved_microbatches, frozenset({"schedule", "micro_batch_size", "dp", "pp"}),
+    lambda c, r: f"microbatches = {_m(c, r)}, pp={r['pp']}")
+SP_NEEDS_TP = Rule(
+    "sp_needs_tp", "sequence parallelism needs tp > 1", _sp_needs_tp,
+    frozenset({"sequence_parallel", "tp"}))
+FP8_HARDWARE = Rule(
+    "fp8_hardware", "fp8 needs a GPU with fp8 Tensor Cores", _fp8_hardware,
+    frozenset({"precision"}), lambda c, r: f"GPU {c.cluster.gpu.name} has no fp8 peak")
+PRECISION_HARDWARE = Rule(
+    "precision_hardware", "the GPU must support the precision", _precision_hardware,
+    frozenset({"precision"}),
+    lambda c, r: f"GPU {c.cluster.gpu.name} supports "
+                 f"{', '.join(c.cluster.gpu.peak_flops_per_s)}, not {r['precision']}")
+ZERO3_NO_PP = Rule(
+    "zero3_no_pp", "ZeRO-3 / fully sharded data parallelism cannot be combined with pipeline "
+    "parallelism (DeepSpeed, FSDP)", _zero3_no_pp, frozenset({"zero_stage", "pp"}),
+    lambda c, r: f"zero_stage={r['zero_stage']}, pp={r['pp']}")
+ZERO_NEEDS_DP = Rule(
+    "zero_needs_dp", "ZeRO shards over the data-parallel group, so zero_stage > 0 needs dp > 1",
+    _zero_needs_dp, frozenset({"zero_stage", "dp"}),
+    lambda c, r: f"zero_stage={r['zero_stage']}, dp={r['dp']}")
+NCCL_GATES = Rule(
+    "nccl_gates", "the forced NCCL algorithm/protocol cannot run every collective this "
+    "configuration uses on this cluster", _nccl_gates,
+    frozenset({"nccl_algo", "nccl_proto", "sequence_parallel", "zero_stage", "tp"}),
+    _nccl_detail)
+
+ALL_RULES: tuple[Rule, ...] = (
+    WORLD_SIZE, TP_DIVIDES_HEADS, TP_WITHIN_NODE, PP_DIVIDES_LAYERS, BATCH_DIVISIBLE,
+    INTERLEAVED_NEEDS_PP, VIRTUAL_STAGES_DIVIDE_LAYERS, INTERLEAVED_MICROBATCHES, SP_NEEDS_TP,
+    FP8_HARDWARE, PRECISION_HARDWARE, ZERO3_NO_PP, ZERO_NEEDS_DP, NCCL_GATES,
+)
+RULES_BY_NAME: Mapping[str, Rule] = {r.name: r for r in ALL_RULES}
+
+
+# --------------------------------------------------------------------------------------------
+def check(ctx: Context, batch: ConfigBatch, rules: Sequence[Rule] = ALL_RULES) -> np.ndarray:
+    """One bool per configuration: True where every rule holds."""
+    ok = np.ones(len(batch), dtype=bool)
+    for rule in rules:
+        ok &= rule(ctx, batch)
+    return ok
+
+
+def violations(ctx: Context, batch: ConfigBatch, rules: Sequence[Rule] = ALL_RULES
+               ) -> dict[str, np.ndarray]:
+    """Rule name -> bool mask of the configurations that break it."""
+    return {rule.name: ~rule(ctx, batch) for rule in rules}
+
+
+def _row(batch: ConfigBatch, i: int) -> dict[str, Any]:
+    return {
+        "tp": int(batch.tp[i]), "pp": int(batch.pp[i]), "dp": int(batch.dp[i]),
+        "micro_batch_size": int(batch.micro_batch_size[i]),
+        "precision": PRECISIONS[int(batch.precision[i])],
+        "recompute": RECOMPUTE[int(batch.recompute[i])],
+        "sequence_parallel": bool(batch.sequence_parallel[i]),
+        "zero_stage": int(batch.zero_stage[i]), "schedule": SCHEDULES[int(batch.schedule[i])],
+        "virtual_stages": int(batch.virtual_stages[i]),
+        "nccl_algo": batch.nccl_algo_table[int(batch.nccl_algo[i])],
+        "nccl_proto": batch.nccl_proto_table[int(batch.nccl_proto[i])],
+    }
+
+
+def explain(ctx: Context, config: ParallelConfig | Mapping[str, Any],
+            rules: Sequence[Rule] = ALL_RULES) -> list[tuple[str, str]]:
+    """``(rule name, message)`` for every rule ``config`` breaks; empty when it is valid.
+
+    ``config`` is a ParallelConfig or a mapping of dimension -> value (dp derived from the
+    world size when absent), e.g. the parameters an Optuna trial sampled.
+    """
+    if isinstance(config, ParallelConfig):
+        batch = ConfigBatch.from_configs([config])
+    elif isinstance(config, Mapping):
+        batch = batch_from_choices([config], ctx.world_size)
+    else:
+        raise InputError("parallel", f"must be a mapping, got {type(config).__name__}")
+    row = _row(batch, 0)
+    return [(rule.name, rule.message(ctx, row)) for rule in rules if not rule(ctx, batch)[0]]

@@ -1,0 +1,484 @@
+"""search_spaces: dimensions, defaults, validity rules, exact vectorised enumeration.
+
+Specs are built directly here (not from the catalogs) so the expected numbers are visible.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from costmodel.batch import ConfigBatch
+from costmodel.errors import InputError
+from costmodel.specs import (
+    ClusterSpec,
+    GPUSpec,
+    IntraNodeSpec,
+    ModelSpec,
+    ParallelConfig,
+    TrainingSpec,
+)
+from search_spaces import (
+    ALL_RULES,
+    DIMENSIONS,
+    RULES_BY_NAME,
+    Context,
+    SearchSpace,
+    batch_from_choices,
+    check,
+    count_product,
+    default_space,
+    enumerate_valid,
+    explain,
+    optuna_choices,
+    rejected_by_rule,
+    restrict,
+    space_from_mapping,
+    space_size,
+    violations,
+)
+
+# --------------------------------------------------------------------------------------------
+# Specs (peaks are only used as "is this precision supported", so round numbers suffice)
+A100 = GPUSpec("a100-sxm-80gb", {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12,
+                                 "fp32": 19.5e12}, 80e9, 2.0e12, 300e9, 12, 108, 80)
+H100 = GPUSpec("h100-sxm-80gb", {"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12,
+                                 "tf32": 495e12, "fp32": 67e12}, 80e9, 3.35e12, 450e9, 18, 132,
+               90)
+V100 = GPUSpec("v100-sxm-32gb", {"fp16": 125e12, "fp32": 15.7e12}, 32e9, 0.9e12, 150e9, 6,
+               80, 70)
+LLAMA_65B = ModelSpec("llama-65b", num_layers=80, hidden_size=8192, num_attention_heads=64,
+                      ffn_hidden_size=22016, vocab_size=32000, gated_mlp=True)
+LLAMA2_70B = ModelSpec("llama-2-70b", num_layers=80, hidden_size=8192, num_attention_heads=64,
+                       num_kv_heads=8, ffn_hidden_size=28672, vocab_size=32000, gated_mlp=True)
+GPT3_175B = ModelSpec("gpt3-175b", num_layers=96, hidden_size=12288, num_attention_heads=96,
+                      ffn_hidden_size=4 * 12288, vocab_size=51200)
+TRAIN = TrainingSpec(seq_length=2048, global_batch_size=1024)
+
+
+def cluster(gpu: GPUSpec = A100, nodes: int = 2, per_node: int = 8,
+            fabric: str = "nvswitch") -> ClusterSpec:
+    return ClusterSpec(f"{nodes}x{per_node}", nodes, per_node, gpu,
+                       intra_node=IntraNodeSpec(fabric=fabric))
+
+
+CTX = Context(LLAMA_65B, cluster(), TRAIN)  # 16 A100s, 2 nodes of 8
+
+
+def broken(ctx: Context, **choices: object) -> set[str]:
+    return {name for name, _ in explain(ctx, choices)}
+
+
+# --------------------------------------------------------------------------------------------
+# Each rule on hand-picked valid and invalid configurations
+def test_valid_reference_config_breaks_nothing() -> None:
+    # 4 * 4 * 1 = 16 GPUs; 64 % 4 == 0 heads; 80 % 4 == 0 layers; 1024 % (1*1) == 0
+    cfg = ParallelConfig(tp=4, pp=4, dp=1, micro_batch_size=1)
+    assert explain(CTX, cfg) == []
+
+
+def test_world_size() -> None:
+    assert "world_size" not in broken(CTX, tp=4, pp=4, dp=1)
+    assert "world_size" in broken(CTX, tp=4, pp=4, dp=2)  # 32 != 16
+    assert "world_size" in broken(CTX, tp=8, pp=4)  # derived dp = 16 // 32 = 0
+    assert "world_size" in broken(CTX, tp=2, pp=5)  # dp = 16 // 10 = 1, 10 != 16
+
+
+def test_tp_divides_heads() -> None:
+    assert "tp_divides_heads" in broken(CTX, tp=3)  # 64 % 3 = 1
+    assert "tp_divides_heads" not in broken(CTX, tp=8)  # 64 % 8 = 0
+    # Llama-2-70B: 64 heads but 8 KV heads: tp=16 divides the heads, not the KV heads
+    ctx = Context(LLAMA2_70B, cluster(), TRAIN, allow_cross_node_tp=True)
+    assert broken(ctx, tp=16) >= {"tp_divides_heads"}
+    assert "tp_divides_heads" not in broken(ctx, tp=8)
+
+
+def test_tp_within_node() -> None:
+    assert "tp_within_node" in broken(CTX, tp=16)  # 16 > 8 GPUs per node
+    assert "tp_within_node" not in broken(CTX, tp=8)
+    allowed = Context(LLAMA_65B, cluster(), TRAIN, allow_cross_node_tp=True)
+    assert explain(allowed, {"tp": 16}) == []  # 16*1*1 = 16 GPUs, 64 % 16 == 0
+    # 6-GPU nodes: tp=4 fits in a node but does not divide 6, so a group would straddle
+    ctx6 = Context(LLAMA_65B, cluster(per_node=6, nodes=2), TRAIN)
+    assert "tp_within_node" in broken(ctx6, tp=4)
+    assert "tp_within_node" not in broken(ctx6, tp=2)
+    # allowed cross-node groups must still tile whole nodes: 12 is neither a divisor nor a
+    # multiple of 8
+    ctx = Context(ModelSpec("m", 8, 768, 12, 3072, 1000), cluster(nodes=3), TRAIN,
+                  allow_cross_node_tp=True)
+    assert "tp_within_node" in broken(ctx, tp=12, pp=2)
+
+
+def test_pp_divides_layers() -> None:
+    ctx = Context(LLAMA_65B, cluster(nodes=3, per_node=8), TRAIN)  # 24 GPUs
+    assert "pp_divides_layers" in broken(ctx, tp=8, pp=3)  # 80 % 3 = 2
+    ctx5 = Context(LLAMA_65B, cluster(nodes=5, per_node=8), TRAIN)  # 40 GPUs
+    assert explain(ctx5, {"tp": 8, "pp": 5}) == []  # 80 % 5 = 0, 8*5*1 = 40
+    tiny = ModelSpec("tiny", 2, 64, 2, 256, 100)
+    assert "pp_divides_layers" in broken(Context(tiny, cluster(), TRAIN), tp=1, pp=16)
+
+
+def test_batch_divisible() -> None:
+    # tp=8, pp=1 -> dp = 2; 1024 % (3*2) = 4
+    assert "batch_divisible" in broken(CTX, tp=8, micro_batch_size=3)
+    assert "batch_divisible" not in broken(CTX, tp=8, micro_batch_size=4)  # 1024 % 8 = 0
+
+
+def test_interleaved_needs_pp_and_virtual_stages() -> None:
+    assert "interleaved_needs_pp" in broken(CTX, tp=8, pp=1, dp=2, schedule="interleaved",
+                                            virtual_stages=2)  # pp = 1
+    assert "interleaved_needs_pp" in broken(CTX, tp=8, pp=2, schedule="interleaved",
+                                            virtual_stages=1)  # v = 1
+    assert "interleaved_needs_pp" in broken(CTX, tp=8, pp=2, schedule="1f1b",
+                                            virtual_stages=2)  # v > 1 without interleaving
+    assert "interleaved_needs_pp" in broken(CTX, tp=8, pp=2, schedule="gpipe",
+                                            virtual_stages=4)
+    assert explain(CTX, {"tp": 8, "pp": 2, "schedule": "interleaved",
+                         "virtual_stages": 2}) == []
+
+
+def test_virtual_stages_divide_layers() -> None:
+    # 80 layers / pp 4 = 20 layers per stage
+    assert "virtual_stages_divide_layers" in broken(CTX, tp=4, pp=4, schedule="interleaved",
+                                                    virtual_stages=3)  # 20 % 3 = 2
+    assert explain(CTX, {"tp": 4, "pp": 4, "schedule": "interleaved",
+                         "virtual_stages": 5}) == []  # 20 % 5 = 0
+    # pp that does not divide the layers is reported once, by pp_divides_layers
+    ctx = Context(LLAMA_65B, cluster(nodes=3), TRAIN)
+    got = broken(ctx, tp=8, pp=3, schedule="interleaved", virtual_stages=2)
+    assert "pp_divides_layers" in got and "virtual_stages_divide_layers" not in got
+
+
+def test_interleaved_microbatches_multiple_of_pp() -> None:
+    ctx = Context(LLAMA_65B, cluster(), TrainingSpec(2048, 1000))
+    base = {"tp": 2, "pp": 4, "schedule": "interleaved", "virtual_stages": 2}  # dp = 2
+    # m = 1000 / (4 * 2) = 125, 125 % 4 = 1 -> invalid
+    assert broken(ctx, micro_batch_size=4, **base) == {"interleaved_microbatches"}
+    # same batch with 1F1B is fine: only the interleaved schedule needs it
+    assert explain(ctx, {**base, "micro_batch_size": 4, "schedule": "1f1b",
+                         "virtual_stages": 1}) == []
+    # m = 1000 / (5 * 2) = 100, 100 % 4 = 0 -> valid
+    assert explain(ctx, {**base, "micro_batch_size": 5}) == []
+
+
+def test_sp_needs_tp() -> None:
+    assert "sp_needs_tp" in broken(CTX, tp=1, pp=4, dp=4, sequence_parallel=True)
+    assert "sp_needs_tp" not in broken(CTX, tp=2, pp=4, sequence_parallel=True)
+
+
+def test_fp8_and_precision_hardware() -> None:
+    # fp8 on an A100 is reported by fp8_hardware only (not twice)
+    assert broken(CTX, tp=8, pp=2, precision="fp8") == {"fp8_hardware"}
+    h100 = Context(LLAMA_65B, cluster(H100), TRAIN)
+    assert explain(h100, {"tp": 8, "pp": 2, "precision": "fp8"}) == []
+    v100 = Context(LLAMA_65B, cluster(V100), TRAIN)
+    assert broken(v100, tp=8, pp=2, precision="bf16") == {"precision_hardware"}
+    assert explain(v100, {"tp": 8, "pp": 2, "precision": "fp16"}) == []
+
+
+def test_zero_rules() -> None:
+    assert "zero3_no_pp" in broken(CTX, tp=4, pp=2, zero_stage=3)  # dp = 2
+    assert explain(CTX, {"tp": 4, "pp": 1, "zero_stage": 3}) == []  # dp = 4
+    assert "zero_needs_dp" in broken(CTX, tp=4, pp=4, zero_stage=1)  # dp = 1
+    assert explain(CTX, {"tp": 4, "pp": 2, "zero_stage": 1}) == []  # dp = 2
+
+
+# NCCL gates ---------------------------------------------------------------------------------
+H100_1NODE = Context(LLAMA_65B, cluster(H100, nodes=1), TRAIN)
+H100_2NODES = Context(LLAMA_65B, cluster(H100, nodes=2), TRAIN)
+
+
+@pytest.mark.parametrize(("ctx", "choices", "ok"), [
+    (CTX, {"nccl_algo": "nvls"}, False),  # A100 is sm80: no NVLS
+    (H100_1NODE, {"nccl_algo": "nvls"}, True),  # NVSwitch + sm90, one node
+    (H100_2NODES, {"nccl_algo": "nvls"}, False),  # NVLS across nodes needs CollNet
+    (H100_1NODE, {"nccl_algo": "nvlstree"}, False),  # NVLSTree is multi-node only
+    (H100_2NODES, {"nccl_algo": "nvlstree"}, True),
+    (H100_1NODE, {"nccl_algo": "nvls", "nccl_proto": "ll"}, False),  # NVLS: Simple only
+    (H100_1NODE, {"nccl_algo": "nvls", "nccl_proto": "simple"}, True),
+    (CTX, {"nccl_algo": "collnet"}, False),  # CollNet is off unless allowed
+    (CTX, {"nccl_algo": "pat"}, False),  # 8 GPUs per node
+    (CTX, {"nccl_algo": "ring", "nccl_proto": "ll128"}, True),  # NVSwitch node, sm80
+    (CTX, {"nccl_algo": "tree"}, True),  # tp=1, ZeRO 0, no SP: only AllReduce is used
+    (CTX, {"nccl_algo": "tree", "zero_stage": 1}, False),  # Tree cannot run AllGather
+    (CTX, {"nccl_algo": "allreduce:tree;allgather:ring;reducescatter:ring",
+           "zero_stage": 1}, True),
+    (CTX, {"nccl_algo": "^tree", "zero_stage": 1}, True),  # everything but Tree: Ring left
+    (CTX, {"nccl_algo": "^ring,tree"}, False),  # nothing left that runs AllReduce on A100
+])
+def test_nccl_gates(ctx: Context, choices: dict, ok: bool) -> None:
+    # tp=1, pp=1, dp=16 (or 8) unless given: plain data parallel
+    got = broken(ctx, tp=1, pp=1, **choices)
+    assert ("nccl_gates" not in got) is ok, explain(ctx, {"tp": 1, "pp": 1, **choices})
+
+
+def test_nccl_gates_cluster_dependent() -> None:
+    collnet = Context(LLAMA_65B, cluster(), TRAIN, allow_collnet=True)
+    assert "nccl_gates" not in broken(collnet, tp=1, nccl_algo="collnet")
+    # one GPU per node: PAT runs AllGather/ReduceScatter, never AllReduce
+    single = Context(LLAMA_65B, cluster(nodes=16, per_node=1), TRAIN)
+    assert "nccl_gates" in broken(single, nccl_algo="pat")
+    assert "nccl_gates" not in broken(single, nccl_algo="allreduce:ring;allgather:pat;"
+                                                       "reducescatter:pat", zero_stage=1)
+    # LL128 on PCIe-only nodes is refused, also inside a list
+    pcie = Context(LLAMA_65B, cluster(fabric="pcie"), TRAIN)
+    assert "nccl_gates" in broken(pcie, nccl_proto="ll128")
+    assert "nccl_gates" in broken(pcie, nccl_proto="ll,ll128")
+    assert "nccl_gates" not in broken(pcie, nccl_proto="^ll128")
+    # Megatron broadcasts data to the TP group: a global Tree force breaks tp > 1
+    assert "nccl_gates" in broken(CTX, tp=8, pp=2, nccl_algo="tree")
+    msg = dict(explain(CTX, {"tp": 8, "pp": 2, "nccl_algo": "tree"}))["nccl_gates"]
+    assert "broadcast" in msg
+
+
+def test_explain_messages_name_the_values() -> None:
+    msgs = dict(explain(CTX, {"tp": 3, "pp": 4}))
+    assert "tp=3" in msgs["tp_divides_heads"] and "num_attention_heads=64" in \
+        msgs["tp_divides_heads"]
+    assert "cluster has 16 GPUs" in msgs["world_size"]
+
+
+def test_check_is_vectorised_and_matches_explain() -> None:
+    rows = [{"tp": 4, "pp": 4}, {"tp": 3, "pp": 4}, {"tp": 8, "pp": 2, "zero_stage": 1},
+            {"tp": 1, "pp": 1, "sequence_parallel": True}, {"tp": 8, "pp": 2,
+                                                            "nccl_algo": "tree"},
+            {"tp": 2, "pp": 8, "schedule": "interleaved", "virtual_stages": 2}]
+    batch = batch_from_choices(rows, CTX.world_size)
+    expected = np.array([explain(CTX, r) == [] for r in rows])
+    # by hand: valid, 64 % 3, zero without dp (8*2*1), SP with tp 1, Tree + broadcast, valid
+    assert expected.tolist() == [True, False, False, False, False, True]
+    assert check(CTX, batch).tolist() == expected.tolist()
+    v = violations(CTX, batch)
+    assert set(v) == {r.name for r in ALL_RULES}
+    assert v["sp_needs_tp"].tolist() == [False, False, False, True, False, False]
+
+
+def test_rules_are_named_values() -> None:
+    names = [r.name for r in ALL_RULES]
+    assert len(names) == len(set(names))
+    assert {"world_size", "tp_divides_heads", "tp_within_node", "pp_divides_layers",
+            "batch_divisible", "interleaved_needs_pp", "virtual_stages_divide_layers",
+            "interleaved_microbatches", "sp_needs_tp", "fp8_hardware", "precision_hardware",
+            "zero3_no_pp", "zero_needs_dp", "nccl_gates"} <= set(names)
+    assert "tp_divides_heads" in repr(RULES_BY_NAME["tp_divides_heads"])
+
+
+# --------------------------------------------------------------------------------------------
+# Space: defaults, restrict, mapping, Optuna choice lists
+def test_default_space_175b_on_1024_a100() -> None:
+    ctx_cluster = cluster(nodes=128)
+    space = default_space(GPT3_175B, ctx_cluster, TrainingSpec(2048, 1536))
+    # powers of two up to min(2*8, 96 heads, 1024) = 16
+    assert space.tp == (1, 2, 4, 8, 16)
+    assert space.pp == (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96)  # divisors of 96
+    assert space.micro_batch_size == (1, 2, 4, 8, 16)
+    assert space.precision == ("bf16",)
+    assert space.recompute == ("none", "selective", "full")
+    assert space.sequence_parallel == (False, True)
+    assert space.zero_stage == (0, 1)
+    assert space.schedule == ("1f1b", "interleaved")
+    assert space.virtual_stages == (1, 2, 4)
+    assert space.nccl_algo == ("auto",) and space.nccl_proto == ("auto",)
+
+
+def test_default_space_caps() -> None:
+    # 16 GPUs, 80 layers: pp = divisors of 80 up to 16; tiny global batch caps mbs
+    space = default_space(LLAMA_65B, cluster(V100), TrainingSpec(2048, 4))
+    assert space.pp == (1, 2, 4, 5, 8, 10, 16)
+    assert space.micro_batch_size == (1, 2, 4)
+    assert space.precision == ("fp16",)  # V100 has no bf16
+    # 4 heads caps tp below 2 * gpus_per_node
+    small = ModelSpec("s", 4, 256, 4, 1024, 100)
+    assert default_space(small, cluster(), TRAIN).tp == (1, 2, 4)
+    # 6-GPU nodes: divisors of 6 join the powers of two (up to 12, and 16 GPUs)
+    assert default_space(GPT3_175B, cluster(per_node=6), TRAIN).tp == (1, 2, 3, 4, 6, 8)
+
+
+def test_restrict_and_its_errors() -> None:
+    base = SearchSpace(tp=(1, 2, 4, 8))
+    assert restrict(base, tp=8).tp == (8,)
+    assert restrict(base, precision=["BF16", "fp16"]).precision == ("bf16", "fp16")
+    assert restrict(base, tp=[2, 2, 4]).tp == (2, 4)  # duplicates dropped, order kept
+    assert restrict(base, nccl_algo=["auto", "allreduce:tree;allgather:ring"]).nccl_algo == (
+        "auto", "allreduce:tree;allgather:ring")
+    with pytest.raises(InputError) as e:
+        restrict(base, tpp=2)
+    assert e.value.field == "space.tpp" and "'tp'" in e.value.hint
+    with pytest.raises(InputError) as e:
+        restrict(base, precision="bf61")
+    assert e.value.field == "space.precision" and "'bf16'" in e.value.hint
+    with pytest.raises(InputError) as e:
+        restrict(base, nccl_algo="rign")
+    assert e.value.field == "space.nccl_algo" and "'ring'" in e.value.hint
+    with pytest.raises(InputError) as e:
+        restrict(base, nccl_algo="allredcue:tree")
+    assert e.value.field == "space.nccl_algo" and "'allreduce'" in e.value.hint
+    with pytest.raises(InputError) as e:
+        restrict(base, dp=4)
+    assert e.value.field == "space.dp" and "derived" in e.value.hint
+    for bad in ({"tp": 0}, {"tp": 1.5}, {"tp": True}, {"zero_stage": 4},
+                {"sequence_parallel": "yes"}, {"micro_batch_size": []}):
+        with pytest.raises(InputError) as e:
+            restrict(base, **bad)
+        assert e.value.field == f"space.{next(iter(bad))}"
+
+
+def test_space_from_mapping() -> None:
+    base = SearchSpace(tp=(1, 2, 4, 8), pp=(1, 2))
+    got = space_from_mapping({"tp": [2, 4], "schedule": "interleaved"}, base)
+    assert got.tp == (2, 4) and got.pp == (1, 2) and got.schedule == ("interleaved",)
+    assert space_from_mapping(None, base) is base
+    with pytest.raises(InputError) as e:
+        space_from_mapping({"recompte": ["full"]}, base)
+    assert e.value.field == "space.recompte" and "'recompute'" in e.value.hint
+    with pytest.raises(InputError):
+        space_from_mapping(["tp"], base)  # type: ignore[arg-type]
+
+
+def test_optuna_choices_are_fixed_plain_lists() -> None:
+    space = default_space(LLAMA_65B, cluster(), TRAIN)
+    choices = optuna_choices(space)
+    assert tuple(choices) == DIMENSIONS
+    assert choices == optuna_choices(default_space(LLAMA_65B, cluster(), TRAIN))
+    for values in choices.values():
+        assert isinstance(values, tuple) and values
+        assert all(type(v) in (int, bool, str) for v in values)
+    assert choices["tp"] == (1, 2, 4, 8, 16)
+
+
+# --------------------------------------------------------------------------------------------
+# Enumeration
+SMALL_MODEL = ModelSpec("small", num_layers=12, hidden_size=768, num_attention_heads=12,
+                        num_kv_heads=4, ffn_hidden_size=3072, vocab_size=1000)
+
+
+def brute_force(ctx: Context, space: SearchSpace) -> list[tuple]:
+    """itertools.product over the dimensions, kept when explain() finds nothing."""
+    out = []
+    for combo in itertools.product(*(getattr(space, d) for d in DIMENSIONS)):
+        if not explain(ctx, dict(zip(DIMENSIONS, combo, strict=True))):
+            out.append(combo)
+    return out
+
+
+def as_tuples(batch: ConfigBatch) -> list[tuple]:
+    return [tuple(c.as_dict()[d] for d in DIMENSIONS) for c in batch.configs()]
+
+
+SMALL_GQA = ModelSpec("small-gqa", num_layers=12, hidden_size=1024, num_attention_heads=16,
+                      num_kv_heads=8, ffn_hidden_size=4096, vocab_size=1000)
+
+
+@pytest.mark.parametrize(("ctx", "space", "exercised"), [
+    # 2 nodes x 4 A100s, global batch 36: 5*5*2*2*2*3*2*2*2 = 4800 points
+    (Context(SMALL_GQA, cluster(nodes=2, per_node=4), TrainingSpec(128, 36)),
+     SearchSpace(tp=(1, 2, 4, 8, 3), pp=(1, 2, 3, 4, 8), micro_batch_size=(1, 3),
+                 precision=("bf16", "fp8"), sequence_parallel=(False, True),
+                 zero_stage=(0, 1, 3), schedule=("1f1b", "interleaved"), virtual_stages=(1, 2),
+                 nccl_algo=("auto", "tree")),
+     {"world_size", "tp_divides_heads", "tp_within_node", "pp_divides_layers",
+      "batch_divisible", "interleaved_needs_pp", "interleaved_microbatches", "sp_needs_tp",
+      "fp8_hardware", "zero3_no_pp", "zero_needs_dp", "nccl_gates"}),
+    # one H100 node of 8, cross-node TP allowed (no effect inside a node), forced NCCL pairs;
+    # values deliberately listed out of numeric order: the output follows the listed order
+    (Context(SMALL_MODEL, cluster(H100, nodes=1, per_node=8), TrainingSpec(128, 16),
+             allow_cross_node_tp=True),
+     SearchSpace(tp=(1, 2, 4, 3), pp=(2, 1, 6), micro_batch_size=(2, 1),
+                 precision=("fp8", "bf16"), recompute=("full", "none"),
+                 sequence_parallel=(True, False), zero_stage=(1, 0),
+                 schedule=("gpipe", "interleaved"), virtual_stages=(1, 2),
+                 nccl_algo=("nvls", "ring", "allreduce:nvls;allgather:ring"),
+                 nccl_proto=("ll", "auto")),
+     {"world_size", "tp_divides_heads", "interleaved_needs_pp", "sp_needs_tp",
+      "zero_needs_dp", "nccl_gates"}),
+])
+def test_enumeration_equals_brute_force(ctx: Context, space: SearchSpace,
+                                        exercised: set[str]) -> None:
+    batch = enumerate_valid(ctx, space)
+    expected = brute_force(ctx, space)
+    assert 0 < len(expected) < count_product(space)  # the space tests both sides
+    assert as_tuples(batch) == expected  # same set, same (product) order
+    assert space_size(ctx, space) == len(expected)
+    assert batch.nccl_algo_table == space.nccl_algo
+    # dp is derived: tp * pp * dp = world size everywhere
+    assert np.all(batch.tp * batch.pp * batch.dp == ctx.world_size)
+    rejected = rejected_by_rule(ctx, space)
+    assert sum(rejected.values()) == count_product(space) - len(expected)
+    # the space really exercises these rules (each rejects some points)
+    assert {name for name, n in rejected.items() if n > 0} >= exercised
+
+
+def test_enumeration_is_deterministic() -> None:
+    ctx = Context(LLAMA_65B, cluster(nodes=4), TRAIN)
+    space = default_space(LLAMA_65B, ctx.cluster, TRAIN)
+    a, b = enumerate_valid(ctx, space), enumerate_valid(ctx, space)
+    for d in (*DIMENSIONS, "dp"):
+        np.testing.assert_array_equal(getattr(a, d), getattr(b, d))
+    # product order: tp never decreases along the batch
+    assert np.all(np.diff(a.tp) >= 0)
+
+
+def test_enumeration_empty_and_counts() -> None:
+    space = SearchSpace(tp=(3,), pp=(1, 2))  # 64 % 3 != 0 and 3 does not divide 16
+    assert len(enumerate_valid(CTX, space)) == 0
+    assert space_size(CTX, space) == 0
+    assert count_product(space) == 2
+    # one valid point: tp=8, pp=2, dp=1; zero_stage 1 needs dp > 1 and is dropped
+    single = SearchSpace(tp=(8,), pp=(2,), zero_stage=(0, 1))
+    assert as_tuples(enumerate_valid(CTX, single)) == [
+        (8, 2, 1, "bf16", "none", False, 0, "1f1b", 1, "auto", "auto")]
+    assert rejected_by_rule(CTX, single)["zero_needs_dp"] == 1
+
+
+def test_175b_on_1024_gpus_enumerates_fast() -> None:
+    c = cluster(nodes=128)
+    training = TrainingSpec(2048, 1536)
+    ctx = Context(GPT3_175B, c, training)
+    space = default_space(GPT3_175B, c, training)
+    enumerate_valid(ctx, space)  # warm-up (imports, caches)
+    t0 = time.perf_counter()
+    batch = enumerate_valid(ctx, space)
+    elapsed_s = time.perf_counter() - t0
+    assert elapsed_s < 1.0
+    assert len(batch) > 0 and check(ctx, batch).all()
+    assert not np.any(batch.tp > 8)  # cross-node TP filtered by default
+
+
+def test_batch_from_choices_derives_dp() -> None:
+    b = batch_from_choices([{"tp": 4, "pp": 2}, {"tp": 2, "pp": 2, "dp": 4}], 16)
+    assert b.dp.tolist() == [2, 4]  # 16 / (4*2) = 2; given
+    with pytest.raises(InputError) as e:
+        batch_from_choices([{"tp": 4, "precison": "bf16"}], 16)
+    assert e.value.field == "space.precison"
+
+
+def test_no_optuna_or_joblib_import() -> None:
+    code = ("import sys, search_spaces; "
+            "sys.exit(int(any(m in sys.modules for m in ('optuna', 'joblib'))))")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_with_catalog_entries() -> None:
+    from costmodel.hardware import default_cluster, get_gpu
+    from costmodel.models_catalog import get_model
+
+    gpt3 = get_model("175b")
+    c = default_cluster(1024)  # 128 DGX-A100-like nodes of 8
+    training = TrainingSpec(2048, 1536)
+    ctx = Context(gpt3, c, training)
+    space = default_space(gpt3, c, training)
+    assert space.tp == (1, 2, 4, 8, 16) and space.precision == ("bf16",)
+    batch = enumerate_valid(ctx, space)
+    assert len(batch) > 0 and set(batch.tp.tolist()) <= {1, 2, 4, 8}
+    # the Megatron-LM paper's 175B layout (tp=8, pp=16 -> dp=8 on 1024 GPUs) is in the set
+    assert any(c.tp == 8 and c.pp == 16 and c.dp == 8 for c in batch.configs())
+    llama = get_model("65b")
+    on_a100 = Context(llama, default_cluster(16), TRAIN)
+    on_h100 = Context(llama, default_cluster(16, gpu=get_gpu("h100-sxm-80gb")), TRAIN)
+    assert broken(on_a100, tp=8, pp=2, precision="fp8") == {"fp8_hardware"}
+    assert explain(on_h100, {"tp": 8, "pp": 2, "precision": "fp8"}) == []
