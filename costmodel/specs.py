@@ -7,9 +7,8 @@ section 2) are mapped to these records by :mod:`costmodel.loaders`; catalogs liv
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from types import MappingProxyType
 from typing import Any
 
 from costmodel.errors import InputError, did_you_mean
@@ -55,6 +54,33 @@ def _choice(section: str, name: str, value: Any, valid: tuple[str, ...]) -> str:
 
 def _set(obj: object, name: str, value: Any) -> None:
     object.__setattr__(obj, name, value)
+
+
+class FrozenMap(Mapping):
+    """A read-only, hashable, picklable mapping (unlike ``types.MappingProxyType``)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, Any]) -> None:
+        object.__setattr__(self, "_items", dict(items))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._items.items())))
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._items!r})"
+
+    def __reduce__(self):
+        return (FrozenMap, (self._items,))
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,7 +199,7 @@ class GPUSpec:
             raise InputError(f"{s}.peak_flops_per_s", "must map precision -> FLOP/s")
         for k, v in self.peak_flops_per_s.items():
             peaks[_choice(s, "peak_flops_per_s", k, PRECISIONS)] = _pos(s, f"peak_flops_per_s.{k}", v)
-        _set(self, "peak_flops_per_s", MappingProxyType(peaks))
+        _set(self, "peak_flops_per_s", FrozenMap(peaks))
         _set(self, "memory_bytes", _pos(s, "memory_bytes", self.memory_bytes))
         _set(self, "memory_bandwidth_bytes_per_s",
              _pos(s, "memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s))

@@ -1,0 +1,389 @@
+"""The cost model: one vectorised function scores a batch of configurations.
+
+``score(model, cluster, training, batch)`` returns step time, throughput, MFU, peak memory and
+their breakdowns for every configuration of ``batch``. Scoring one configuration is a batch of
+one. The structure follows cost-model.md: per pipeline stage, forward and backward compute of
+its layers (plus embedding / LM head on the first / last stage), recomputation, TP collectives
+per layer on the critical path, PP point-to-point per micro-batch, the schedule's bubble, the
+exposed part of the DP gradient reduction, the optimizer step; memory per stage, peak = the
+largest stage.
+
+Every collective goes through :mod:`costmodel.collectives` (NCCL's own algorithm/protocol
+model) on the communication group's real geometry from :mod:`costmodel.topology`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from costmodel import collectives as coll
+from costmodel import topology
+from costmodel.batch import ConfigBatch
+from costmodel.calibration import Efficiency, efficiency_for
+from costmodel.compute import (
+    ACT_BYTES,
+    GEMM_BYTES,
+    gemm_time_s,
+    layer_forward_flops,
+    memory_op_time_s,
+    model_flops_per_step,
+    padded_vocab,
+)
+from costmodel.memory import (
+    GRAD_BYTES,
+    OPTIMIZER_BYTES,
+    PARAM_BYTES,
+    layer_activation_bytes,
+    microbatches_in_flight,
+    model_state_bytes,
+)
+from costmodel.schedule import INTERLEAVED, pipeline_span_s
+from costmodel.specs import PRECISIONS, ClusterSpec, ModelSpec, TrainingSpec
+
+TIME_KEYS = ("compute", "recompute", "tp_comm", "pp_comm", "pipeline_bubble",
+             "dp_comm_exposed", "embedding_sync", "optimizer", "overhead")
+MEMORY_KEYS = ("weights", "gradients", "optimizer_states", "activations", "logits",
+               "communication_buffers", "cuda_context", "allocator_reserve")
+
+# Megatron's DDP bucket: max(40M, 1M x dp) elements (megatron/core/distributed).
+DDP_BUCKET_ELEMENTS = 40e6
+# Adam step bytes per parameter: read master, m, v, grad and write master, m, v, 16-bit param
+# (mixed precision: 4*4 + 3*4 + 2 = 30) plus the grad-norm read (4): 34; fp32: 32.
+OPTIMIZER_STEP_BYTES = np.array([32.0, 32.0, 34.0, 34.0, 34.0])
+NCCL_BUFFER_BYTES = 0.5e9  # NCCL channel buffers across TP/DP/PP communicators (nccl.md 2)
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Per-configuration results, each an array of the batch's length."""
+
+    step_time_s: np.ndarray
+    tokens_per_s: np.ndarray
+    samples_per_s: np.ndarray
+    mfu: np.ndarray
+    peak_memory_bytes: np.ndarray
+    time_breakdown_s: dict[str, np.ndarray]
+    memory_breakdown_bytes: dict[str, np.ndarray]
+    microbatches: np.ndarray
+    bubble_share: np.ndarray  # pipeline bubble / step time
+    stage_imbalance: np.ndarray  # slowest stage / mean stage, per micro-batch
+    tp_crosses_nodes: np.ndarray
+    dp_comm_total_s: np.ndarray  # the whole DP reduction, exposed or not
+
+    def __len__(self) -> int:
+        return int(self.step_time_s.shape[0])
+
+    def row(self, i: int) -> dict:
+        """Plain-Python metrics of configuration ``i`` (the JSON ``metrics`` object)."""
+        return {
+            "step_time_s": float(self.step_time_s[i]),
+            "tokens_per_s": float(self.tokens_per_s[i]),
+            "samples_per_s": float(self.samples_per_s[i]),
+            "mfu": float(self.mfu[i]),
+            "peak_memory_bytes": float(self.peak_memory_bytes[i]),
+            "microbatches_per_step": int(self.microbatches[i]),
+            "bubble_share": float(self.bubble_share[i]),
+            "stage_imbalance": float(self.stage_imbalance[i]),
+            "tp_crosses_nodes": bool(self.tp_crosses_nodes[i]),
+            "time_breakdown_s": {k: float(v[i]) for k, v in self.time_breakdown_s.items()},
+            "memory_breakdown_bytes": {k: float(v[i])
+                                       for k, v in self.memory_breakdown_bytes.items()},
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+@lru_cache(maxsize=64)
+def _system(cluster: ClusterSpec) -> coll.NcclSystem:
+    return coll.nccl_system(cluster)
+
+
+def _geometry(cluster: ClusterSpec, tp, pp, dp) -> dict[str, np.ndarray]:
+    """Group geometry per configuration, computed once per unique (tp, pp, dp)."""
+    key = (tp.astype(np.int64) * 1_000_003 + pp) * 1_000_003 + dp
+    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    cols = {name: np.empty(len(uniq)) for name in
+            ("tp_nodes", "dp_nodes", "pp_inter")}
+    for j, i in enumerate(first):
+        lay = topology.layout_topology(cluster, int(tp[i]), int(pp[i]), int(dp[i]))
+        cols["tp_nodes"][j] = lay.tp.n_nodes
+        cols["dp_nodes"][j] = lay.dp.n_nodes
+        cols["pp_inter"][j] = 1.0 if lay.pp.crosses_nodes else 0.0
+    return {k: v[inv] for k, v in cols.items()}
+
+
+class _Collectives:
+    """Collective times through the NCCL model, deduplicated over identical calls."""
+
+    def __init__(self, system: coll.NcclSystem, batch: ConfigBatch) -> None:
+        self.system = system
+        self.algo = batch.nccl_algo
+        self.proto = batch.nccl_proto
+        self.algo_table = batch.nccl_algo_table
+        self.proto_table = batch.nccl_proto_table
+
+    def time_s(self, collective: str, nbytes, n_ranks, n_nodes) -> np.ndarray:
+        n = self.algo.shape[0]
+        nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), (n,))
+        n_ranks = np.broadcast_to(np.asarray(n_ranks, dtype=np.int64), (n,))
+        n_nodes = np.broadcast_to(np.asarray(n_nodes, dtype=np.int64), (n,))
+        out = np.zeros(n)
+        active = n_ranks > 1
+        if not active.any():
+            return out
+        for a_code in np.unique(self.algo[active]):
+            for p_code in np.unique(self.proto[active]):
+                sel = active & (self.algo == a_code) & (self.proto == p_code)
+                if not sel.any():
+                    continue
+                # dedupe identical (bytes, ranks, nodes) triples: typically a handful
+                trip = np.stack([nbytes[sel], n_ranks[sel], n_nodes[sel]], axis=1)
+                uniq, inv = np.unique(trip, axis=0, return_inverse=True)
+                res = coll.collective_time_s(
+                    self.system, collective, uniq[:, 0], uniq[:, 1].astype(np.int64),
+                    uniq[:, 2].astype(np.int64), algo=self.algo_table[a_code],
+                    proto=self.proto_table[p_code], on_invalid="inf")
+                out[sel] = np.asarray(res.time_s, dtype=float)[inv.reshape(-1)]
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch: ConfigBatch,
+          *, efficiency: Efficiency | None = None) -> Scores:
+    """Score every configuration of ``batch``; see the module docstring for the structure."""
+    gpu = cluster.gpu
+    eff = efficiency or efficiency_for(gpu.compute_capability)
+    system = _system(cluster)
+    comm = _Collectives(system, batch)
+
+    t = batch.tp.astype(float)
+    p = batch.pp.astype(float)
+    d = batch.dp.astype(float)
+    b = batch.micro_batch_size.astype(float)
+    prec = batch.precision
+    rc = batch.recompute
+    sp = batch.sequence_parallel & (batch.tp > 1)
+    z = batch.zero_stage
+    sched = batch.schedule
+    v = np.where(sched == INTERLEAVED, batch.virtual_stages, 1).astype(float)
+    s = float(training.seq_length)
+    B = float(training.global_batch_size)
+    L = float(model.num_layers)
+    h, hd, a, g, f = (float(model.hidden_size), float(model.head_dim),
+                      float(model.num_attention_heads), float(model.num_kv_heads),
+                      float(model.ffn_hidden_size))
+    m = B / (b * d)
+    Ls = L / p
+    V = padded_vocab(model.vocab_size, batch.tp)
+
+    peaks = np.array([gpu.peak_flops_per_s.get(pr, np.nan) for pr in PRECISIONS])
+    peak = peaks[prec]
+    bw = gpu.memory_bandwidth_bytes_per_s
+    eg = GEMM_BYTES[prec]
+    ea = ACT_BYTES[prec]
+    geo = _geometry(cluster, batch.tp, batch.pp, batch.dp)
+
+    def gemm(mm, nn, kk):
+        return gemm_time_s(mm, nn, kk, peak_flops_per_s=peak, mem_bandwidth_bytes_per_s=bw,
+                           elem_bytes=eg, eff=eff, sm_count=gpu.sm_count)
+
+    def memop(nbytes, kernels=1.0):
+        return memory_op_time_s(nbytes, mem_bandwidth_bytes_per_s=bw, eff=eff,
+                                n_kernels=kernels)
+
+    # ---- one layer, one micro-batch, one TP rank -------------------------------------------
+    tokens = b * s
+    up = (2.0 if model.gated_mlp else 1.0) * f
+    t_gemm_f = (gemm(tokens, (a + 2 * g) * hd / t, h) + gemm(tokens, h, a * hd / t)
+                + gemm(tokens, up / t, h) + gemm(tokens, h, f / t))
+    lf = layer_forward_flops(model, training.seq_length, b, t)
+    if training.flash_attention:
+        # causal fused attention does half of the square (Dao et al. 2022)
+        t_attn_f = 0.5 * lf.attention_flops / (eff.attention * peak) + eff.kernel_overhead_s
+        t_attn_b = 2.5 * (t_attn_f - eff.kernel_overhead_s) + eff.kernel_overhead_s
+        t_attn_recompute = np.zeros_like(t_attn_f)
+    else:
+        heads_local = b * a / t
+        score_gemm = gemm(s * heads_local, s, hd)  # batched QK^T, approximated as one GEMM
+        ctx_gemm = gemm(s * heads_local, hd, s)
+        softmax = memop(4.0 * heads_local * s * s * ea, 2.0)
+        t_attn_f = score_gemm + ctx_gemm + softmax
+        t_attn_b = 2.0 * (score_gemm + ctx_gemm) + 2.0 * softmax
+        t_attn_recompute = t_attn_f
+    # memory-bound element-wise ops: 2 norms (4sbh), 2 residual adds (6sbh), dropout (4sbh),
+    # activation (gated 3sbf, plain 2sbf), rotary on q,k (2sb(a+g)d_h)
+    outside = (10.0 + (4.0 if training.dropout else 0.0)) * tokens * h * ea
+    inside = ((3.0 if model.gated_mlp else 2.0) * tokens * f
+              + 2.0 * tokens * (a + g) * hd) * ea
+    t_elem_f = memop(outside / np.where(sp, t, 1.0) + inside / t, 6.0)
+    layer_f = t_gemm_f + t_attn_f + t_elem_f
+    layer_b = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_elem_f
+    layer_rc = np.where(rc == 2, layer_f, np.where(rc == 1, t_attn_recompute, 0.0))
+
+    # ---- TP collectives per layer per micro-batch (Shoeybi et al. 2019; Korthikanti 4.2.2) --
+    act = tokens * h * ea
+    tp_n, tp_nodes = batch.tp, geo["tp_nodes"]
+    ar = comm.time_s("allreduce", act, tp_n, tp_nodes)
+    ag = comm.time_s("allgather", act, tp_n, tp_nodes)
+    rs = comm.time_s("reducescatter", act, tp_n, tp_nodes)
+    # 2 all-reduces forward + 2 backward (+ 2 in the recomputed forward); with sequence
+    # parallelism each all-reduce becomes an all-gather + reduce-scatter pair.
+    n_collectives = 4.0 + np.where(rc == 2, 2.0, 0.0)
+    layer_tp = np.where(batch.tp > 1, n_collectives * np.where(sp, ag + rs, ar), 0.0)
+
+    # ---- embedding (first stage) and LM head + loss (last stage) ---------------------------
+    emb_f = memop(2.0 * tokens * h * ea, 1.0) + np.where(batch.tp > 1, np.where(sp, rs, ar), 0)
+    emb_b = memop(3.0 * tokens * h * ea, 1.0) + np.where(sp, ag, 0.0)
+    head_gemm = gemm(tokens, V / t, h)
+    loss = memop(4.0 * tokens * V / t * 4.0, 4.0)  # fp32 logits: softmax fwd/bwd passes
+    head_f = head_gemm + loss + np.where(sp, ag, 0.0)
+    head_b = 2.0 * head_gemm + np.where(sp, rs, 0.0)
+    emb_t = emb_f + emb_b
+    head_t = head_f + head_b
+
+    # ---- pipeline point-to-point per micro-batch ----------------------------------------------
+    p2p_bytes = act / np.where(batch.tp > 1, t, 1.0)  # scatter/gather optimisation
+    p2p_one = coll.p2p_time_s(system, p2p_bytes, geo["pp_inter"] > 0.5)
+    pp_mb = np.where(batch.pp > 1, 2.0 * v * p2p_one, 0.0)
+
+    # ---- per-stage micro-batch times ----------------------------------------------------------
+    layer_total = layer_f + layer_b + layer_rc + layer_tp
+    body = Ls * layer_total
+    single = batch.pp == 1
+    first = np.where(single, body + emb_t + head_t, body + emb_t + pp_mb)
+    middle = body + pp_mb
+    last = np.where(single, first, body + head_t + pp_mb)
+    span, steady, bubble = pipeline_span_s(first, middle, last, batch.pp, m, sched, v)
+    slowest_is_last = (last >= first) & ~single
+    slowest_is_mid = (middle > np.maximum(first, last)) & (batch.pp >= 3)
+    # components of the slowest stage x m (the steady part of the span)
+    extra_compute = np.where(slowest_is_mid, 0.0,
+                             np.where(slowest_is_last, head_t,
+                                      emb_t + np.where(single, head_t, 0.0)))
+    compute_mb = Ls * (layer_f + layer_b) + extra_compute
+    recompute_mb = Ls * layer_rc
+    tp_mb = Ls * layer_tp
+    pp_steady = np.where(single, 0.0, pp_mb)
+    # residual rounding (e.g. SP collectives inside emb/head) folds into compute
+    compute_mb = compute_mb + (steady / m - (compute_mb + recompute_mb + tp_mb + pp_steady))
+
+    # ---- data parallel: gradient reduction, parameter gathers ----------------------------------
+    layer_params = float(model.params_per_layer)
+    emb_params = V * h
+    head_params = np.where(model.tied_embeddings & (batch.pp == 1), 0.0, V * h)
+    psi_body = Ls * layer_params / t
+    psi_first = psi_body + emb_params / t + np.where(single, head_params / t, 0.0)
+    psi_last = psi_body + head_params / t
+    psi_max = np.maximum(psi_first, np.where(single, 0.0, psi_last))
+    pb, gb, ob = PARAM_BYTES[prec], GRAD_BYTES[prec], OPTIMIZER_BYTES[prec]
+    dp_n, dp_nodes = batch.dp, geo["dp_nodes"]
+    grad_bytes = psi_max * gb
+    t_ar = comm.time_s("allreduce", grad_bytes, dp_n, dp_nodes)
+    t_rs = comm.time_s("reducescatter", grad_bytes, dp_n, dp_nodes)
+    t_ag = comm.time_s("allgather", psi_max * pb, dp_n, dp_nodes)
+    bucket = np.minimum(grad_bytes, DDP_BUCKET_ELEMENTS * gb)
+    t_bucket = np.where(z == 0, comm.time_s("allreduce", bucket, dp_n, dp_nodes),
+                        comm.time_s("reducescatter", bucket, dp_n, dp_nodes))
+    window_b = Ls * layer_b  # backward of the last micro-batch on the first stage
+    window_f = Ls * layer_f
+    reduce_t = np.where(z == 0, t_ar, t_rs)
+    if training.overlap_grad_reduce:
+        exposed_reduce = np.maximum(0.0, reduce_t - window_b) + np.minimum(t_bucket, reduce_t)
+        exposed_gather = np.maximum(0.0, t_ag - window_f)
+    else:
+        exposed_reduce = reduce_t
+        exposed_gather = t_ag
+    # ZeRO-3: parameters gathered for forward and backward of every micro-batch, gradients
+    # reduce-scattered per micro-batch, prefetched one layer ahead (FSDP / DeepSpeed stage 3).
+    z3_mb = 2.0 * t_ag + t_rs
+    z3_exposed = m * np.maximum(0.0, z3_mb - (compute_mb + recompute_mb)) + t_ag / np.maximum(Ls, 1)
+    dp_exposed = np.where(z >= 3, z3_exposed,
+                          np.where(z >= 1, exposed_reduce + exposed_gather, exposed_reduce))
+    dp_exposed = np.where(batch.dp > 1, dp_exposed, 0.0)
+    dp_total = np.where(batch.dp > 1,
+                        np.where(z >= 3, m * z3_mb, np.where(z >= 1, t_rs + t_ag, t_ar)), 0.0)
+
+    # tied embeddings: the word-embedding gradient is all-reduced between first and last stage
+    tied_sync = np.zeros_like(t)
+    if model.tied_embeddings:
+        tied_sync = np.where(batch.pp > 1,
+                             comm.time_s("allreduce", V * h / t * gb, 2,
+                                         np.where(geo["pp_inter"] > 0.5, 2, 1)), 0.0)
+
+    # ---- optimizer step (memory bound on the local shard) --------------------------------------
+    psi_opt = psi_max / np.where(z >= 1, d, 1.0)
+    t_opt = memop(psi_opt * OPTIMIZER_STEP_BYTES[prec], 8.0)
+
+    step = span + dp_exposed + tied_sync + t_opt + eff.step_overhead_s
+
+    # ---- memory per stage ----------------------------------------------------------------------
+    per_layer_act = layer_activation_bytes(model, training.seq_length, b, t, sp, rc,
+                                           flash_attention=training.flash_attention,
+                                           dropout=training.dropout, act_bytes=ea)
+    full_layer_act = layer_activation_bytes(model, training.seq_length, b, t, sp,
+                                            np.zeros_like(rc),
+                                            flash_attention=training.flash_attention,
+                                            dropout=training.dropout, act_bytes=ea)
+    transient = np.where(rc == 2, full_layer_act, 0.0)  # one layer live while recomputed
+    infl_first = microbatches_in_flight(sched, batch.pp, m, v, 0)
+    infl_last = microbatches_in_flight(sched, batch.pp, m, v, batch.pp - 1)
+    act_first = Ls * per_layer_act * infl_first + transient
+    act_last = Ls * per_layer_act * infl_last + transient
+    logits = 6.0 * tokens * V / t  # bf16 logits + their fp32 copy (Korthikanti 4.3)
+    w1, g1, o1 = model_state_bytes(psi_first, pb, gb, ob, z, d)
+    w2, g2, o2 = model_state_bytes(psi_last, pb, gb, ob, z, d)
+    zbuf = np.where(z >= 3, 2.0 * layer_params / t * pb, 0.0)
+    buffers = NCCL_BUFFER_BYTES + zbuf
+    mem_first = w1 + g1 + o1 + act_first * (1 + eff.allocator_fraction) + np.where(single, logits, 0)
+    mem_last = w2 + g2 + o2 + act_last * (1 + eff.allocator_fraction) + logits
+    use_last = (~single) & (mem_last > mem_first)
+    fixed = buffers + eff.cuda_context_bytes
+    peak_mem = np.where(use_last, mem_last, mem_first) + fixed
+    pick = lambda x1, x2: np.where(use_last, x2, x1)  # noqa: E731
+    act_peak = pick(act_first, act_last)
+    memory = {
+        "weights": pick(w1, w2),
+        "gradients": pick(g1, g2),
+        "optimizer_states": pick(o1, o2),
+        "activations": act_peak,
+        "logits": np.where(use_last | single, logits, 0.0),
+        "communication_buffers": buffers,
+        "cuda_context": np.full_like(t, eff.cuda_context_bytes),
+        "allocator_reserve": act_peak * eff.allocator_fraction,
+    }
+
+    # ---- results -------------------------------------------------------------------------------
+    times = {
+        "compute": m * compute_mb,
+        "recompute": m * recompute_mb,
+        "tp_comm": m * tp_mb,
+        "pp_comm": m * pp_steady,
+        "pipeline_bubble": bubble,
+        "dp_comm_exposed": dp_exposed,
+        "embedding_sync": tied_sync,
+        "optimizer": t_opt,
+        "overhead": np.full_like(t, eff.step_overhead_s),
+    }
+    n_gpus = t * p * d
+    flops = model_flops_per_step(model, training.seq_length, training.global_batch_size)
+    stage_mean = np.where(single, first, (first + last + np.maximum(p - 2, 0) * middle) / p)
+    slow = np.where(single, first, np.maximum(np.maximum(first, last),
+                                              np.where(batch.pp >= 3, middle, 0.0)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        step = np.where(np.isfinite(step), step, np.inf)
+        return Scores(
+            step_time_s=step,
+            tokens_per_s=B * s / step,
+            samples_per_s=B / step,
+            mfu=flops / (step * n_gpus * peak),
+            peak_memory_bytes=peak_mem,
+            time_breakdown_s=times,
+            memory_breakdown_bytes=memory,
+            microbatches=m,
+            bubble_share=bubble / step,
+            stage_imbalance=slow / stage_mean,
+            tp_crosses_nodes=geo["tp_nodes"] > 1,
+            dp_comm_total_s=dp_total,
+        )

@@ -1,0 +1,86 @@
+"""Diagnosis of one scored configuration, following the source article's checks.
+
+Each finding names the problem with numbers and gives concrete advice: communication share of
+the step over 30% (which group), pipeline bubble, TP crossing nodes, stage imbalance, memory
+headroom under 5%, low compute utilisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from costmodel.specs import ParallelConfig
+
+COMM_SHARE = 0.30
+BUBBLE_SHARE = 0.15
+IMBALANCE = 1.05
+HEADROOM = 0.05
+LOW_MFU = 0.30
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    message: str
+
+
+def main_bottleneck(metrics: Mapping[str, Any]) -> str:
+    """The largest term of the step time."""
+    tb = metrics["time_breakdown_s"]
+    return max(tb, key=lambda k: tb[k])
+
+
+def diagnose(problem, config: ParallelConfig, metrics: Mapping[str, Any]) -> list[Finding]:
+    """Findings for one configuration, most important first."""
+    out: list[Finding] = []
+    step = metrics["step_time_s"]
+    tb = metrics["time_breakdown_s"]
+    if not step or step == float("inf"):
+        return [Finding("invalid", "configuration cannot run")]
+    gpn = problem.cluster.gpus_per_node
+
+    shares = {"TP": tb.get("tp_comm", 0.0) / step,
+              "PP": tb.get("pp_comm", 0.0) / step,
+              "DP": (tb.get("dp_comm_exposed", 0.0) + tb.get("embedding_sync", 0.0)) / step}
+    group, share = max(shares.items(), key=lambda kv: kv[1])
+    total_comm = sum(shares.values())
+    if total_comm > COMM_SHARE:
+        advice = {
+            "TP": "keep TP inside the NVLink domain, lower tp, or enable sequence parallelism",
+            "PP": "use fewer pipeline stages or a larger micro-batch",
+            "DP": "overlap the gradient reduction, use ZeRO-1/distributed optimizer, a larger "
+                  "global batch or another NCCL algorithm",
+        }[group]
+        out.append(Finding("communication",
+                           f"communication is {total_comm:.0%} of the step ({group} "
+                           f"{share:.0%}): {advice}"))
+    if metrics.get("tp_crosses_nodes"):
+        out.append(Finding("tp_cross_node",
+                           f"the TP group (tp={config.tp}) crosses nodes of {gpn} GPUs: keep "
+                           f"tp <= {gpn} so its per-layer collectives stay on NVLink"))
+    bubble = metrics.get("bubble_share", 0.0)
+    if config.pp > 1 and bubble > BUBBLE_SHARE:
+        m = metrics.get("microbatches_per_step")
+        tip = "more micro-batches per step (larger global batch or smaller micro-batch)"
+        if config.schedule != "interleaved":
+            tip += ", or the interleaved schedule"
+        out.append(Finding("bubble", f"pipeline bubble is {bubble:.0%} of the step "
+                                     f"(pp={config.pp}, {m} micro-batches): {tip}"))
+    imb = metrics.get("stage_imbalance", 1.0)
+    if config.pp > 1 and imb > IMBALANCE:
+        out.append(Finding("imbalance",
+                           f"slowest pipeline stage is {imb - 1:.0%} above the mean (embedding "
+                           "/ LM head stages): move layers off the first/last stage "
+                           "(--decoder-first/last-pipeline-num-layers)"))
+    head = metrics.get("memory_headroom")
+    if head is not None and head < HEADROOM:
+        out.append(Finding("memory", f"only {max(head, 0):.1%} memory headroom: risk of OOM "
+                                     "from fragmentation; use ZeRO, selective/full recompute or "
+                                     "a smaller micro-batch"))
+    mfu = metrics.get("mfu", 0.0)
+    if mfu < LOW_MFU:
+        out.append(Finding("low_mfu", f"MFU {mfu:.0%} is low; main cost: "
+                                      f"{main_bottleneck(metrics)}"))
+    return out

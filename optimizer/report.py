@@ -1,0 +1,151 @@
+"""Human-readable output: the front table, the recommendation, an evaluation breakdown.
+
+Rich tables when stdout is a terminal (and NO_COLOR / TERM=dumb are not set), plain aligned
+text otherwise, so pipes and CI logs stay clean.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+GIB = 1024**3
+
+FRONT_COLUMNS = ("#", "tp", "pp", "dp", "mbs", "m", "schedule", "recompute", "SP", "ZeRO",
+                 "prec", "NCCL", "tokens/s", "MFU", "step s", "peak GiB", "bottleneck")
+
+
+def use_rich(stream=None) -> bool:
+    stream = stream or sys.stdout
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def _fmt_table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = "") -> str:
+    if use_rich():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title or None)
+        for h in headers:
+            table.add_column(h, justify="right" if h not in ("schedule", "recompute",
+                                                              "bottleneck", "NCCL", "prec",
+                                                              "term", "component") else "left")
+        for r in rows:
+            table.add_row(*r)
+        console = Console(record=True, width=200)
+        with console.capture() as cap:
+            console.print(table)
+        return cap.get()
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    lines = [title] if title else []
+    lines.append("  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)))
+    lines.append("  ".join("-" * w for w in widths))
+    for r in rows:
+        lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
+    return "\n".join(lines) + "\n"
+
+
+def _schedule(cfg: dict[str, Any]) -> str:
+    if cfg["schedule"] == "interleaved":
+        return f"interleaved/{cfg['virtual_stages']}"
+    return cfg["schedule"]
+
+
+def _nccl(cfg: dict[str, Any]) -> str:
+    if cfg["nccl_algo"] == "auto" and cfg["nccl_proto"] == "auto":
+        return "auto"
+    return f"{cfg['nccl_algo']}/{cfg['nccl_proto']}"
+
+
+def front_rows(doc: dict[str, Any]) -> list[list[str]]:
+    from optimizer.diagnose import main_bottleneck
+
+    rows = []
+    for i, p in enumerate(doc["pareto_front"]):
+        c, m = p["config"], p["metrics"]
+        mark = "*" if i == doc["recommended"] else ""
+        rows.append([f"{i}{mark}", str(c["tp"]), str(c["pp"]), str(c["dp"]),
+                     str(c["micro_batch_size"]), str(m["microbatches_per_step"]),
+                     _schedule(c), c["recompute"], "y" if c["sequence_parallel"] else "-",
+                     str(c["zero_stage"]), c["precision"], _nccl(c),
+                     f"{m['tokens_per_s']:,.0f}", f"{m['mfu']:.3f}",
+                     f"{m['step_time_s']:.3f}", f"{m['peak_memory_bytes'] / GIB:.1f}",
+                     main_bottleneck(m)])
+    return rows
+
+
+def render_front(doc: dict[str, Any]) -> str:
+    """The whole human report of ``optimize``: front table, recommendation, launch flags."""
+    inp = doc["inputs"]
+    st = doc["stats"]
+    cl = inp["cluster"]
+    head = (f"paraplan {doc['tool']['version']}: {inp['model']['name']} on "
+            f"{cl['num_gpus']} x {cl['gpu']['name']} ({cl['num_nodes']} nodes x "
+            f"{cl['gpus_per_node']}), seq {inp['training']['seq_length']}, global batch "
+            f"{inp['training']['global_batch_size']}, memory limit "
+            f"{inp['memory_limit_bytes'] / GIB:.1f} GiB/GPU\n"
+            f"sampler {st['sampler']}: {st['configs_evaluated']:,} configurations scored "
+            f"({st['valid_space_size']:,} valid, {st['configs_feasible']:,} fit in memory), "
+            f"Pareto front of {len(doc['pareto_front'])} in {st.get('wall_s', 0):.2f} s\n\n")
+    table = _fmt_table(FRONT_COLUMNS, front_rows(doc),
+                       "Pareto front: tokens/s vs peak memory (* = recommended)")
+    return head + table + "\n" + render_recommendation(doc)
+
+
+def render_recommendation(doc: dict[str, Any]) -> str:
+    i = doc["recommended"]
+    rec = doc["pareto_front"][i]
+    c, m = rec["config"], rec["metrics"]
+    limit = doc["inputs"]["memory_limit_bytes"]
+    lines = [f"Recommended: #{i}  tp={c['tp']} pp={c['pp']} dp={c['dp']} "
+             f"micro-batch={c['micro_batch_size']} {_schedule(c)} recompute={c['recompute']} "
+             f"SP={'on' if c['sequence_parallel'] else 'off'} ZeRO={c['zero_stage']} "
+             f"{c['precision']} NCCL={_nccl(c)}",
+             ("  why: the fastest front point that keeps 5% of the memory limit free"
+              if m["peak_memory_bytes"] <= 0.95 * limit else
+              "  why: no front point keeps 5% of the limit free; this is the fastest that fits")
+             + f" ({m['peak_memory_bytes'] / GIB:.1f} of {limit / GIB:.1f} GiB): "
+             f"{m['tokens_per_s']:,.0f} tokens/s, MFU {m['mfu']:.1%}, step "
+             f"{m['step_time_s']:.2f} s"]
+    for b in rec.get("bottlenecks", []):
+        lines.append(f"  note: {b}")
+    launch = rec.get("launch") or {}
+    if launch.get("megatron_args"):
+        lines.append("  Megatron-LM: " + " ".join(launch["megatron_args"]))
+    if launch.get("env"):
+        lines.append("  env: " + " ".join(f"{k}={v}" for k, v in launch["env"].items()))
+    for w in launch.get("warnings", []) or []:
+        lines.append(f"  warning: {w}")
+    return "\n".join(lines) + "\n"
+
+
+def render_evaluation(doc: dict[str, Any]) -> str:
+    c, m = doc["config"], doc["metrics"]
+    inp = doc["inputs"]
+    step = m["step_time_s"]
+    out = [f"{inp['model']['name']} on {inp['cluster']['num_gpus']} x "
+           f"{inp['cluster']['gpu']['name']}: tp={c['tp']} pp={c['pp']} dp={c['dp']} "
+           f"micro-batch={c['micro_batch_size']} ({m['microbatches_per_step']} per step) "
+           f"{_schedule(c)} recompute={c['recompute']} SP={c['sequence_parallel']} "
+           f"ZeRO={c['zero_stage']} {c['precision']} NCCL={_nccl(c)}",
+           f"step {step:.4f} s, {m['tokens_per_s']:,.0f} tokens/s, {m['samples_per_s']:.2f} "
+           f"samples/s, MFU {m['mfu']:.1%}, peak memory {m['peak_memory_bytes'] / GIB:.2f} GiB "
+           f"(limit {m['memory_limit_bytes'] / GIB:.1f} GiB), bubble "
+           f"{m['bubble_share']:.1%} of the step", ""]
+    trows = [[k, f"{v:.4f}", f"{v / step:.1%}"] for k, v in m["time_breakdown_s"].items()]
+    out.append(_fmt_table(("term", "seconds", "share"), trows, "Step time"))
+    mrows = [[k, f"{v / GIB:.2f}"] for k, v in m["memory_breakdown_bytes"].items()]
+    out.append(_fmt_table(("component", "GiB"), mrows, "Memory (largest stage)"))
+    for b in doc.get("bottlenecks", []):
+        out.append(f"note: {b}")
+    launch = doc.get("launch") or {}
+    if launch.get("megatron_args"):
+        out.append("Megatron-LM: " + " ".join(launch["megatron_args"]))
+    return "\n".join(out) + "\n"

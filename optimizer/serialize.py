@@ -1,0 +1,34 @@
+"""Specs -> plain JSON-ready dictionaries (for the output document and fingerprints)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from costmodel.specs import ClusterSpec, GPUSpec, ModelSpec
+
+
+def model_to_dict(model: ModelSpec) -> dict[str, Any]:
+    return {f.name: getattr(model, f.name) for f in fields(model)}
+
+
+def gpu_to_dict(gpu: GPUSpec) -> dict[str, Any]:
+    out = {f.name: getattr(gpu, f.name) for f in fields(gpu)}
+    out["peak_flops_per_s"] = dict(gpu.peak_flops_per_s)
+    return out
+
+
+def cluster_to_dict(cluster: ClusterSpec) -> dict[str, Any]:
+    return {
+        "name": cluster.name,
+        "num_nodes": cluster.num_nodes,
+        "gpus_per_node": cluster.gpus_per_node,
+        "num_gpus": cluster.num_gpus,
+        "gpu": gpu_to_dict(cluster.gpu),
+        "intra_node": {f.name: getattr(cluster.intra_node, f.name)
+                       for f in fields(cluster.intra_node)},
+        "inter_node": {f.name: getattr(cluster.inter_node, f.name)
+                       for f in fields(cluster.inter_node)},
+        "custom_graph": cluster.graph_data is not None,
+        "calibration": dict(cluster.calibration) if cluster.calibration else None,
+    }
