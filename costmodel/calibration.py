@@ -23,24 +23,33 @@ class Efficiency:
     step_overhead_s: float  # per optimizer step: data loader, logging, grad-norm, sync
     cuda_context_bytes: float  # CUDA context, cuBLAS/NCCL workspaces, per GPU
     allocator_fraction: float  # caching-allocator fragmentation on top of tensors
+    fp8_gemm_scale: float = 0.7  # fp8 GEMMs: this x ``gemm`` of the fp8 peak
 
     def with_(self, **kw: float) -> Efficiency:
         return replace(self, **kw)
 
 
-# Initial values. GEMM fractions: cuBLAS reaches ~80% of the A100's 312 TFLOP/s and ~70% of
-# the H100 SXM's 989 TFLOP/s on large bf16 GEMMs (NVIDIA's published cuBLAS/Transformer Engine
-# benchmarks; Megatron-Core reports 40-47% end-to-end MFU on H100 which bounds it from below);
-# STREAM-like kernels reach ~85-90% of HBM bandwidth. CUDA context: "typically 1-2 GB"
-# (HF Ultra-Scale Playbook). Fitted values replace these in ``FITTED`` below.
-_AMPERE = Efficiency(gemm=0.80, gemm_k_half=96.0, memory=0.85, attention=0.55,
+# Fitted on the published runs of ../shared/validation (``optimize validate`` prints the
+# error). ``gemm`` is the fraction of the dense peak that training GEMMs reach end to end
+# (cuBLAS alone reaches more: ~0.8 on A100, ~0.75-0.8 on H100/H200 for 8192^3 bf16, the
+# latter measured on this workplace's H200 at 788 TFLOP/s); ``gemm_k_half`` the reduction
+# length at which a GEMM loses half of it (TP shards and small hidden sizes lose efficiency);
+# ``attention`` the fraction of peak a fused causal attention kernel reaches on the FLOPs it
+# executes (half the square). Ampere: A100 runs of Megatron-LM (Korthikanti et al. 2022, SC21),
+# vTrain and llm-foundry. Hopper: llm-foundry's H100 runs only (FlashAttention-2/Triton era,
+# which reaches ~25% of the H100 peak; cuDNN/FA3 kernels reach more - a known limitation).
+# fp8 GEMMs reach ``fp8_gemm_scale`` x the bf16 fraction of their own (2x) peak: cast and
+# scaling kernels, and GEMMs kept in bf16, leave end-to-end fp8 speed-ups near 1.3-1.5x
+# (llm-foundry H100 fp8 rows; NVIDIA Transformer Engine reports). CUDA context: "typically
+# 1-2 GB" (HF Ultra-Scale Playbook).
+_AMPERE = Efficiency(gemm=0.80, gemm_k_half=256.0, memory=0.85, attention=0.30,
                      kernel_overhead_s=4e-6, step_overhead_s=0.0,
                      cuda_context_bytes=1.5e9, allocator_fraction=0.05)
-_HOPPER = Efficiency(gemm=0.72, gemm_k_half=128.0, memory=0.85, attention=0.50,
+_HOPPER = Efficiency(gemm=0.60, gemm_k_half=256.0, memory=0.85, attention=0.25,
                      kernel_overhead_s=4e-6, step_overhead_s=0.0,
                      cuda_context_bytes=1.5e9, allocator_fraction=0.05)
-_VOLTA = _AMPERE.with_(gemm=0.75, attention=0.45)
-_BLACKWELL = _HOPPER.with_(gemm=0.70)
+_VOLTA = _AMPERE.with_(gemm=0.75, attention=0.25)
+_BLACKWELL = _HOPPER
 
 BY_ARCH: dict[str, Efficiency] = {
     "volta": _VOLTA,
@@ -63,3 +72,33 @@ def arch_of(compute_capability: int) -> str:
 
 def efficiency_for(compute_capability: int) -> Efficiency:
     return BY_ARCH[arch_of(compute_capability)]
+
+
+@dataclass(frozen=True)
+class FrameworkCosts:
+    """What a training framework adds on top of the kernels (per framework, not per GPU).
+
+    ``layer_pass_s``: host-side cost per layer and pass (forward, recomputed forward, and each
+    of the two backward GEMM sets) that the GPU waits for: eager-mode op dispatch, autograd
+    and checkpointing hooks, stream synchronisation. Dominant for small layers, negligible for
+    large ones. ``pipe_buffers``: DeepSpeed's PipelineEngine keeps the stage's input and output
+    activation per in-flight micro-batch (deepspeed/runtime/pipe/engine.py, num_pipe_buffers).
+    ``engine_buffer_bytes``: gradient reduce / all-gather buckets the engine allocates
+    (DeepSpeed reduce_bucket_size + allgather_bucket_size, 5e8 elements each by default, in
+    16-bit). ``bf16_fp32_grads``: DeepSpeed's BF16_Optimizer accumulates gradients in an
+    unsharded fp32 buffer besides the bf16 gradients (+2 bytes per parameter over Megatron).
+    """
+
+    layer_pass_s: float
+    collective_s: float = 0.0  # host/synchronisation cost per blocking TP collective
+    pipe_buffers: bool = False
+    engine_buffer_bytes: float = 0.0
+    bf16_fp32_grads: bool = False
+
+
+FRAMEWORKS: dict[str, FrameworkCosts] = {
+    "megatron": FrameworkCosts(layer_pass_s=0.0),
+    "deepspeed": FrameworkCosts(layer_pass_s=0.85e-3, pipe_buffers=True,
+                                engine_buffer_bytes=2 * 5e8 * 2, bf16_fp32_grads=True),
+    "fsdp": FrameworkCosts(layer_pass_s=0.0),
+}

@@ -22,7 +22,7 @@ import numpy as np
 from costmodel import collectives as coll
 from costmodel import topology
 from costmodel.batch import ConfigBatch
-from costmodel.calibration import Efficiency, efficiency_for
+from costmodel.calibration import FRAMEWORKS, Efficiency, efficiency_for
 from costmodel.compute import (
     ACT_BYTES,
     GEMM_BYTES,
@@ -43,7 +43,7 @@ from costmodel.memory import (
 from costmodel.schedule import INTERLEAVED, pipeline_span_s
 from costmodel.specs import PRECISIONS, ClusterSpec, ModelSpec, TrainingSpec
 
-TIME_KEYS = ("compute", "recompute", "tp_comm", "pp_comm", "pipeline_bubble",
+TIME_KEYS = ("compute", "recompute", "tp_comm", "host_overhead", "pp_comm", "pipeline_bubble",
              "dp_comm_exposed", "embedding_sync", "optimizer", "overhead")
 MEMORY_KEYS = ("weights", "gradients", "optimizer_states", "activations", "logits",
                "communication_buffers", "cuda_context", "allocator_reserve")
@@ -155,6 +155,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     """Score every configuration of ``batch``; see the module docstring for the structure."""
     gpu = cluster.gpu
     eff = efficiency or efficiency_for(gpu.compute_capability)
+    fw = FRAMEWORKS[training.framework]
     system = _system(cluster)
     comm = _Collectives(system, batch)
 
@@ -180,13 +181,15 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
 
     peaks = np.array([gpu.peak_flops_per_s.get(pr, np.nan) for pr in PRECISIONS])
     peak = peaks[prec]
+    fp8 = prec == PRECISIONS.index("fp8")
+    gemm_peak = peak * np.where(fp8, eff.fp8_gemm_scale, 1.0)
     bw = gpu.memory_bandwidth_bytes_per_s
     eg = GEMM_BYTES[prec]
     ea = ACT_BYTES[prec]
     geo = _geometry(cluster, batch.tp, batch.pp, batch.dp)
 
     def gemm(mm, nn, kk):
-        return gemm_time_s(mm, nn, kk, peak_flops_per_s=peak, mem_bandwidth_bytes_per_s=bw,
+        return gemm_time_s(mm, nn, kk, peak_flops_per_s=gemm_peak, mem_bandwidth_bytes_per_s=bw,
                            elem_bytes=eg, eff=eff, sm_count=gpu.sm_count)
 
     def memop(nbytes, kernels=1.0):
@@ -201,7 +204,8 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     lf = layer_forward_flops(model, training.seq_length, b, t)
     if training.flash_attention:
         # causal fused attention does half of the square (Dao et al. 2022)
-        t_attn_f = 0.5 * lf.attention_flops / (eff.attention * peak) + eff.kernel_overhead_s
+        attn_peak = peaks[np.where(fp8, PRECISIONS.index("bf16"), prec)]
+        t_attn_f = 0.5 * lf.attention_flops / (eff.attention * attn_peak) + eff.kernel_overhead_s
         t_attn_b = 2.5 * (t_attn_f - eff.kernel_overhead_s) + eff.kernel_overhead_s
         t_attn_recompute = np.zeros_like(t_attn_f)
     else:
@@ -249,7 +253,14 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     pp_mb = np.where(batch.pp > 1, 2.0 * v * p2p_one, 0.0)
 
     # ---- per-stage micro-batch times ----------------------------------------------------------
-    layer_total = layer_f + layer_b + layer_rc + layer_tp
+    gpu_layer = layer_f + layer_b + layer_rc + layer_tp
+    # The host launches asynchronously: a layer takes the longer of its GPU time and the
+    # framework's host time (per pass: forward, two backward halves, recomputed forward; per
+    # blocking TP collective). Only small layers are host-bound.
+    host_layer = (fw.layer_pass_s * (3.0 + np.where(rc == 2, 1.0, 0.0))
+                  + np.where(batch.tp > 1, n_collectives * fw.collective_s, 0.0))
+    layer_host = np.maximum(0.0, host_layer - gpu_layer)
+    layer_total = gpu_layer + layer_host
     body = Ls * layer_total
     single = batch.pp == 1
     first = np.where(single, body + emb_t + head_t, body + emb_t + pp_mb)
@@ -265,9 +276,11 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     compute_mb = Ls * (layer_f + layer_b) + extra_compute
     recompute_mb = Ls * layer_rc
     tp_mb = Ls * layer_tp
+    host_mb = Ls * layer_host
     pp_steady = np.where(single, 0.0, pp_mb)
     # residual rounding (e.g. SP collectives inside emb/head) folds into compute
-    compute_mb = compute_mb + (steady / m - (compute_mb + recompute_mb + tp_mb + pp_steady))
+    compute_mb = compute_mb + (steady / m - (compute_mb + recompute_mb + tp_mb + host_mb
+                                             + pp_steady))
 
     # ---- data parallel: gradient reduction, parameter gathers ----------------------------------
     layer_params = float(model.params_per_layer)
@@ -332,10 +345,17 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     act_first = Ls * per_layer_act * infl_first + transient
     act_last = Ls * per_layer_act * infl_last + transient
     logits = 6.0 * tokens * V / t  # bf16 logits + their fp32 copy (Korthikanti 4.3)
+    if fw.pipe_buffers:  # input + output activation per in-flight micro-batch, TP-replicated
+        act_first = act_first + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_first)
+        act_last = act_last + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_last)
     w1, g1, o1 = model_state_bytes(psi_first, pb, gb, ob, z, d)
     w2, g2, o2 = model_state_bytes(psi_last, pb, gb, ob, z, d)
+    if fw.bf16_fp32_grads:  # bf16 gradients beside the unsharded fp32 accumulation buffer
+        bf16 = prec == PRECISIONS.index("bf16")
+        g1 = g1 + np.where(bf16, 2.0 * psi_first, 0.0)
+        g2 = g2 + np.where(bf16, 2.0 * psi_last, 0.0)
     zbuf = np.where(z >= 3, 2.0 * layer_params / t * pb, 0.0)
-    buffers = NCCL_BUFFER_BYTES + zbuf
+    buffers = NCCL_BUFFER_BYTES + fw.engine_buffer_bytes + zbuf
     mem_first = w1 + g1 + o1 + act_first * (1 + eff.allocator_fraction) + np.where(single, logits, 0)
     mem_last = w2 + g2 + o2 + act_last * (1 + eff.allocator_fraction) + logits
     use_last = (~single) & (mem_last > mem_first)
@@ -359,6 +379,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
         "compute": m * compute_mb,
         "recompute": m * recompute_mb,
         "tp_comm": m * tp_mb,
+        "host_overhead": m * host_mb,
         "pp_comm": m * pp_steady,
         "pipeline_bubble": bubble,
         "dp_comm_exposed": dp_exposed,

@@ -20,6 +20,9 @@ NCCL_ALGOS: tuple[str, ...] = ("auto", "ring", "tree", "nvls", "nvlstree", "coll
 NCCL_PROTOS: tuple[str, ...] = ("auto", "simple", "ll", "ll128")
 INTRA_FABRICS: tuple[str, ...] = ("nvswitch", "nvlink", "pcie")
 INTER_FABRICS: tuple[str, ...] = ("infiniband", "roce", "ethernet", "none")
+# Training frameworks whose runtime behaviour the model distinguishes (calibration.FRAMEWORKS):
+# Megatron-LM / Megatron-Core, Megatron-DeepSpeed (DeepSpeed pipeline engine and ZeRO), FSDP.
+FRAMEWORKS: tuple[str, ...] = ("megatron", "deepspeed", "fsdp")
 
 
 def _int(section: str, name: str, value: Any, *, minimum: int = 1) -> int:
@@ -304,6 +307,7 @@ class TrainingSpec:
     flash_attention: bool = True  # fused attention: no s^2 activations, causal half FLOPs
     overlap_grad_reduce: bool = True  # DP reduction in buckets overlapped with backward
     dropout: bool = False  # dropout masks in activation memory (Korthikanti et al. assume them)
+    framework: str = "megatron"  # megatron | deepspeed | fsdp: host overheads and buffers
 
     def __post_init__(self) -> None:
         _set(self, "seq_length", _int("training", "seq_length", self.seq_length))
@@ -311,6 +315,7 @@ class TrainingSpec:
              _int("training", "global_batch_size", self.global_batch_size))
         for name in ("flash_attention", "overlap_grad_reduce", "dropout"):
             _set(self, name, _bool("training", name, getattr(self, name)))
+        _set(self, "framework", _choice("training", "framework", self.framework, FRAMEWORKS))
 
     @property
     def tokens_per_step(self) -> int:
