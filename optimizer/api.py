@@ -297,10 +297,13 @@ def _infeasible(problem: Problem, outcome, stats) -> InfeasibleError:
               "or a higher --memory-limit-gib")
     msg = (f"memory_limit: no configuration fits {limit / GIB:.1f} GiB per GPU; the least "
            f"memory any configuration needs is {need / GIB:.1f} GiB. Try {advice}.")
+    inputs = problem.inputs_json()
+    inputs["fingerprint"] = problem.fingerprint()
     payload = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "paraplan", "version": tool_version()},
-        "error": {"code": 3, "message": msg, "least_memory_bytes": need,
+        "inputs": inputs,
+        "error": {"code": 3, "message": msg, "least_memory_bytes": _plain(need),
                   "memory_limit_bytes": limit},
         "least_violating": [c.to_dict() for c in least],
         "stats": _plain(stats),

@@ -1,0 +1,62 @@
+"""Shared test helpers.
+
+JSON documents: every ``--json`` output a test produces should go through
+:func:`assert_valid` (``from conftest import assert_valid``, or the ``assert_valid_doc``
+fixture), which checks it against the schema shipped in the package
+(``optimizer/schema.json``) and the invariants JSON Schema cannot express.
+:func:`run_cli` and :func:`run_cli_json` call ``optimizer.cli.main`` in-process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+
+def assert_valid(doc: Any, kind: str | None = None) -> str:
+    """Fail the test unless ``doc`` validates as ``kind`` ("front", "infeasible", "evaluate",
+    "nccl"; ``None`` detects it). Returns the kind. Skips, naming the reason, when the
+    ``jsonschema`` test extra is not installed."""
+    pytest.importorskip("jsonschema", reason="JSON Schema validation needs the test extra: "
+                                             "pip install 'paraplan[test]'")
+    from optimizer.schemas import SchemaError, validate_document
+
+    try:
+        return validate_document(doc, kind)
+    except SchemaError as e:
+        pytest.fail(f"JSON output does not match the shipped schema: {e}", pytrace=False)
+
+
+@pytest.fixture
+def assert_valid_doc():
+    """The :func:`assert_valid` helper as a fixture."""
+    return assert_valid
+
+
+def run_cli(argv: Sequence[str]) -> tuple[int, str, str]:
+    """Run ``optimize ARGV`` in-process; return (exit code, stdout, stderr)."""
+    from optimizer.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+def run_cli_json(argv: Sequence[str], kind: str | None = None, *,
+                 expect_rc: int = 0) -> dict[str, Any]:
+    """Run ``optimize ARGV --json``, check the exit code and that stdout is exactly one JSON
+    document valid against the schema; return the document."""
+    args = list(argv)
+    if "--json" not in args:
+        args.append("--json")
+    rc, out, err = run_cli(args)
+    assert rc == expect_rc, f"exit {rc} (expected {expect_rc}); stderr: {err.strip()}"
+    doc = json.loads(out)  # exactly one document: json.loads rejects trailing text
+    assert_valid(doc, kind)
+    return doc

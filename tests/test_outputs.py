@@ -1,0 +1,372 @@
+"""Outputs people and schedulers use (issue 7): JSON documents against the shipped schema,
+launch artefacts of the recommended configuration, the Pareto plot, scheduler files, human
+output. The CLI runs in-process (``optimizer.cli.main``)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import re
+import sys
+
+import pytest
+from conftest import assert_valid, run_cli, run_cli_json
+
+from costmodel.errors import InputError
+from costmodel.specs import NCCL_ALGOS, NCCL_PROTOS, PRECISIONS, RECOMPUTE, SCHEDULES
+
+ARGS_65B = ["--model", "65b", "--gpus", "16"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+ANSI = re.compile(r"\x1b\[")
+HAS_NCCL_CLI = importlib.util.find_spec("optimizer.nccl_cli") is not None
+
+
+@pytest.fixture(scope="module")
+def front_doc() -> dict:
+    """``optimize --model 65b --gpus 16 --json``, validated as a front document."""
+    return run_cli_json(ARGS_65B, "front")
+
+
+@pytest.fixture(scope="module")
+def recommended(front_doc) -> dict:
+    return front_doc["pareto_front"][front_doc["recommended"]]
+
+
+def flag_values(argv: list[str]) -> dict[str, list[str]]:
+    """``--flag v1 v2 --switch`` -> {"--flag": ["v1", "v2"], "--switch": []}."""
+    out: dict[str, list[str]] = {}
+    key = None
+    for tok in argv:
+        if tok.startswith("--"):
+            key = tok
+            assert key not in out, f"flag {key} given twice"
+            out[key] = []
+        else:
+            assert key is not None, f"value {tok!r} before any flag"
+            out[key].append(tok)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The front document and the recommended configuration's launch artefacts
+def test_front_document_matches_contract(front_doc):
+    assert front_doc["schema_version"] == 1
+    assert front_doc["tool"]["name"] == "paraplan"
+    assert front_doc["inputs"]["model"]["name"] == "llama-65b"
+    assert front_doc["inputs"]["cluster"]["num_gpus"] == 16
+    assert front_doc["inputs"]["fingerprint"].startswith("sha256:")
+    # the front is sorted by throughput, fastest first (the human table's order)
+    tps = [p["metrics"]["tokens_per_s"] for p in front_doc["pareto_front"]]
+    assert tps == sorted(tps, reverse=True)
+
+
+def test_megatron_args_carry_the_recommended_layout(front_doc, recommended):
+    cfg = recommended["config"]
+    flags = flag_values(recommended["launch"]["megatron_args"])
+    assert flags["--tensor-model-parallel-size"] == [str(cfg["tp"])]
+    assert flags["--pipeline-model-parallel-size"] == [str(cfg["pp"])]
+    assert flags["--micro-batch-size"] == [str(cfg["micro_batch_size"])]
+    # the global batch is the training input (1024 sequences by default)
+    gbs = front_doc["inputs"]["training"]["global_batch_size"]
+    assert gbs == 1024
+    assert flags["--global-batch-size"] == [str(gbs)]
+
+
+def test_deepspeed_config_satisfies_the_batch_invariant(front_doc, recommended):
+    cfg = recommended["config"]
+    ds = recommended["launch"]["deepspeed_config"]
+    # DeepSpeed _batch_assertion: train_batch_size == micro * accumulation * dp
+    assert ds["train_micro_batch_size_per_gpu"] == cfg["micro_batch_size"]
+    assert ds["train_batch_size"] == (ds["train_micro_batch_size_per_gpu"]
+                                      * ds["gradient_accumulation_steps"] * cfg["dp"])
+    # ... and it is the global batch: accumulation = 1024 / (mbs * dp)
+    assert ds["train_batch_size"] == front_doc["inputs"]["training"]["global_batch_size"]
+    assert ds["gradient_accumulation_steps"] == recommended["metrics"]["microbatches_per_step"]
+
+
+def test_torchtitan_overrides_carry_the_tp_degree(recommended):
+    cfg = recommended["config"]
+    flags = flag_values(recommended["launch"]["torchtitan_args"])
+    assert flags["--parallelism.tensor_parallel_degree"] == [str(cfg["tp"])]
+    assert flags["--parallelism.pipeline_parallel_degree"] == [str(cfg["pp"])]
+
+
+def test_every_front_point_validates_with_launch_artefacts(front_doc):
+    for point in front_doc["pareto_front"]:
+        launch = point["launch"]
+        assert launch["megatron_args"] and launch["torchtitan_args"]
+        tb = point["metrics"]["time_breakdown_s"]
+        assert any("bubble" in k for k in tb)
+
+
+# ---------------------------------------------------------------------------------------------
+# The other documents
+def test_evaluate_document_validates(tmp_path):
+    run = tmp_path / "run.yaml"
+    run.write_text("model: llama-65b\n"
+                   "cluster: {gpu: a100-sxm-80gb, num_nodes: 2, gpus_per_node: 8}\n"
+                   "training: {seq_length: 2048, global_batch_size: 1024}\n"
+                   "parallel: {tp: 4, pp: 4, dp: 1, micro_batch_size: 1, precision: bf16,\n"
+                   "           recompute: full, sequence_parallel: true}\n")
+    doc = run_cli_json(["evaluate", str(run)], "evaluate")
+    assert doc["config"]["tp"] == 4 and doc["config"]["pp"] == 4
+    assert doc["metrics"]["step_time_s"] > 0
+    # the evaluate document also feeds --emit-style scheduler files
+    from optimizer.launch_files import emit_for_doc
+
+    assert "#SBATCH --nodes=2" in emit_for_doc(doc, "slurm")
+
+
+def test_infeasible_document_validates_and_lists_least_violating():
+    doc = run_cli_json([*ARGS_65B, "--memory-limit-gib", "1"], "infeasible", expect_rc=3)
+    err = doc["error"]
+    assert err["code"] == 3
+    assert err["memory_limit_bytes"] == 1024**3  # 1 GiB
+    least = doc["least_violating"]
+    assert least, "the infeasible document must list candidates"
+    peaks = [c["metrics"]["peak_memory_bytes"] for c in least]
+    assert peaks == sorted(peaks)  # least-violating first
+    assert err["least_memory_bytes"] == peaks[0] > err["memory_limit_bytes"]
+
+
+def test_python_api_documents_validate():
+    from costmodel.errors import InfeasibleError
+    from optimizer import evaluate, optimize
+
+    res = optimize("llama-65b", 16, seed=0)
+    assert assert_valid(json.loads(res.to_json()), "front") == "front"
+    assert res.to_dict()["pareto_front"][res.recommended_index]["config"] == \
+        res.recommended.config.as_dict()
+    ev = evaluate({"model": "llama-65b",
+                   "cluster": {"gpu": "a100-sxm-80gb", "num_nodes": 2, "gpus_per_node": 8},
+                   "training": {"seq_length": 2048, "global_batch_size": 1024},
+                   "parallel": {"tp": 8, "pp": 2, "dp": 1, "micro_batch_size": 1,
+                                "recompute": "full", "sequence_parallel": True}})
+    assert assert_valid(json.loads(ev.to_json()), "evaluate") == "evaluate"
+    with pytest.raises(InfeasibleError) as e:
+        optimize("llama-65b", 16, memory_limit_gib=1)
+    assert assert_valid(json.loads(json.dumps(e.value.payload)), "infeasible") == "infeasible"
+
+
+@pytest.mark.skipif(not HAS_NCCL_CLI, reason="optimizer.nccl_cli (optimize nccl, issue 4) is not "
+                                             "in the tree yet; its --json document is untested")
+def test_nccl_document_validates():
+    doc = run_cli_json(["nccl", "--collective", "allreduce", "--size", "1GiB", "--gpus", "16"],
+                       "nccl")
+    chosen = doc["chosen"]
+    assert chosen["time_s"] > 0 and doc["alternatives"]
+    # nccl-tests: allreduce busbw = algbw * 2(n-1)/n = algbw * 2*15/16 = 1.875 * algbw
+    for c in [chosen, *doc["alternatives"]]:
+        assert c["busbw_GBps"] == pytest.approx(1.875 * c["algbw_GBps"], rel=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# The schema itself: it must reject what the contract forbids
+def test_schema_is_valid_draft_2020_12_and_shipped():
+    jsonschema = pytest.importorskip("jsonschema", reason="needs the test extra")
+    from importlib import resources
+
+    from optimizer.schemas import load_schema
+
+    text = resources.files("optimizer").joinpath("schema.json").read_text()
+    schema = json.loads(text)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert load_schema() == schema
+
+
+def test_schema_enums_match_the_specs():
+    from optimizer.schemas import load_schema
+
+    props = load_schema()["$defs"]["config"]["properties"]
+    assert tuple(props["precision"]["enum"]) == PRECISIONS
+    assert tuple(props["recompute"]["enum"]) == RECOMPUTE
+    assert tuple(props["schedule"]["enum"]) == SCHEDULES
+    # nccl fields are free strings (per-collective syntax), but every plain value is one
+    assert "auto" in NCCL_ALGOS and "auto" in NCCL_PROTOS
+
+
+def _rejects(doc, kind, path_part):
+    pytest.importorskip("jsonschema", reason="needs the test extra")
+    from optimizer.schemas import SchemaError, validate_document
+
+    with pytest.raises(SchemaError) as e:
+        validate_document(doc, kind)
+    assert path_part in e.value.path, e.value
+
+
+def test_schema_rejects_a_time_breakdown_without_bubble(front_doc):
+    doc = copy.deepcopy(front_doc)
+    tb = doc["pareto_front"][0]["metrics"]["time_breakdown_s"]
+    for k in [k for k in tb if "bubble" in k]:
+        tb["stall"] = tb.pop(k)
+    _rejects(doc, "front", "time_breakdown_s")
+
+
+def test_schema_rejects_missing_launch_and_bad_values(front_doc):
+    doc = copy.deepcopy(front_doc)
+    del doc["pareto_front"][0]["launch"]["megatron_args"]
+    _rejects(doc, "front", "pareto_front[0].launch")
+    doc = copy.deepcopy(front_doc)
+    doc["pareto_front"][0]["config"]["precision"] = "bf17"
+    _rejects(doc, "front", "config.precision")
+    doc = copy.deepcopy(front_doc)
+    doc["schema_version"] = 2
+    _rejects(doc, "front", "schema_version")
+    doc = copy.deepcopy(front_doc)
+    del doc["stats"]["wall_s"]
+    _rejects(doc, "front", "stats")
+
+
+def test_invariants_beyond_json_schema(front_doc):
+    doc = copy.deepcopy(front_doc)
+    doc["recommended"] = len(doc["pareto_front"])
+    _rejects(doc, "front", "recommended")
+    doc = copy.deepcopy(front_doc)
+    doc["pareto_front"][0]["metrics"]["peak_memory_bytes"] = \
+        doc["inputs"]["memory_limit_bytes"] * 1.01
+    _rejects(doc, "front", "peak_memory_bytes")
+
+
+def test_kind_is_detected_and_documents_match_exactly_one_kind(front_doc):
+    from optimizer.schemas import validate_document
+
+    assert validate_document(front_doc) == "front"
+    # a front document is not an evaluate document
+    _rejects(front_doc, "evaluate", "$")
+
+
+def test_unknown_kind_is_an_input_error():
+    from optimizer.schemas import schema_for
+
+    with pytest.raises(InputError, match="did you mean 'front'"):
+        schema_for("frnt")
+
+
+# ---------------------------------------------------------------------------------------------
+# Plot
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot needs the plot extra")
+    png = tmp_path / "front.png"
+    rc, out, err = run_cli([*ARGS_65B, "--plot", str(png)])
+    assert rc == 0, err
+    data = png.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert len(data) > 10_000
+    assert "Recommended" in out  # the plot does not replace the report
+    assert [p.name for p in tmp_path.iterdir()] == ["front.png"]  # no temp file left
+
+
+def test_plot_into_a_missing_folder_is_an_input_error(tmp_path, front_doc):
+    pytest.importorskip("matplotlib", reason="the plot needs the plot extra")
+    from optimizer.plot import plot_front
+
+    with pytest.raises(InputError, match="does not exist"):
+        plot_front(front_doc, tmp_path / "nowhere" / "front.png")
+    with pytest.raises(InputError, match="unsupported file type"):
+        plot_front(front_doc, tmp_path / "front.jpg")
+
+
+def test_plot_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends",
+                 "matplotlib.backends.backend_agg", "matplotlib.ticker"):
+        monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
+    rc, _, err = run_cli([*ARGS_65B, "--plot", str(tmp_path / "f.png")])
+    assert rc == 2
+    assert "--plot: matplotlib is not installed" in err
+    assert "pip install 'paraplan[plot]'" in err
+
+
+def test_staircase_is_the_attainable_throughput():
+    from optimizer.plot import _staircase
+
+    # points (GiB, tokens/s, index) by increasing memory; the staircase rises at each one
+    pts = [(10.0, 100.0, 2), (20.0, 150.0, 1), (30.0, 180.0, 0)]
+    xs, ys = _staircase(pts)
+    assert xs == [10.0, 20.0, 20.0, 30.0, 30.0]
+    assert ys == [100.0, 100.0, 150.0, 150.0, 180.0]
+
+
+def test_layout_label_names_the_layout():
+    from optimizer.plot import layout_label
+
+    cfg = {"tp": 8, "pp": 2, "dp": 1, "micro_batch_size": 2, "schedule": "interleaved",
+           "virtual_stages": 2, "recompute": "full", "sequence_parallel": True, "zero_stage": 1}
+    assert layout_label(cfg) == "tp=8 pp=2 dp=1 mbs=2\ninterleaved/2, full recompute, SP, ZeRO-1"
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduler files
+def test_emit_slurm_for_two_nodes():
+    rc, out, err = run_cli([*ARGS_65B, "--emit", "slurm"])
+    assert rc == 0, err
+    assert out.startswith("#!/bin/bash\n")
+    assert "#SBATCH --nodes=2" in out  # 16 GPUs = 2 nodes of 8
+    assert "#SBATCH --gpus-per-node=8" in out
+    assert "srun torchrun --nnodes 2 --nproc-per-node 8" in out
+
+
+def test_emit_k8s_is_a_pytorchjob():
+    yaml = pytest.importorskip("yaml")
+    rc, out, err = run_cli([*ARGS_65B, "--emit", "k8s"])
+    assert rc == 0, err
+    job = yaml.safe_load(out)
+    assert job["kind"] == "PyTorchJob"
+    assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1  # 2 nodes: 1 + 1
+
+
+def test_emit_rebuilds_exactly_what_the_api_would_launch():
+    from optimizer import launch
+    from optimizer.api import optimize
+    from optimizer.launch_files import emit_for_doc, specs_from_doc
+
+    res = optimize("65b", 16)
+    doc = res.to_dict()
+    p, cfg = res.problem, res.recommended.config
+    assert emit_for_doc(doc, "slurm") == launch.slurm_script(p.model, p.cluster, p.training, cfg)
+    assert emit_for_doc(doc, "k8s") == launch.k8s_yaml(p.model, p.cluster, p.training, cfg)
+    model, cluster, training = specs_from_doc(doc)
+    assert model == p.model and training == p.training
+    assert (cluster.num_nodes, cluster.gpus_per_node, cluster.gpu) == \
+        (p.cluster.num_nodes, p.cluster.gpus_per_node, p.cluster.gpu)
+
+
+def test_emit_from_a_broken_document_is_an_input_error(front_doc):
+    from optimizer.launch_files import emit_for_doc
+
+    with pytest.raises(InputError, match="did you mean 'slurm'"):
+        emit_for_doc(front_doc, "slurn")
+    doc = copy.deepcopy(front_doc)
+    doc["recommended"] = 99
+    with pytest.raises(InputError, match="recommended"):
+        emit_for_doc(doc, "slurm")
+    doc = copy.deepcopy(front_doc)
+    del doc["inputs"]["model"]["num_layers"]
+    with pytest.raises(InputError, match="inputs.model"):
+        emit_for_doc(doc, "slurm")
+
+
+# ---------------------------------------------------------------------------------------------
+# Human output
+def test_human_output_has_table_and_recommendation(monkeypatch):
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    rc, out, err = run_cli(ARGS_65B)
+    assert rc == 0, err
+    assert re.search(r"^\s*#\s+tp\s+pp\s+dp\s+mbs\s+m\s+schedule\s+recompute", out, re.M)
+    assert "tokens/s" in out and "peak GiB" in out
+    assert "Recommended: #" in out
+    assert "Megatron-LM: --tensor-model-parallel-size" in out
+    assert not ANSI.search(out)  # stdout is not a terminal: plain text
+
+
+def test_no_color_wins_over_force_color(monkeypatch):
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    _, coloured, _ = run_cli(ARGS_65B)
+    assert ANSI.search(coloured), "FORCE_COLOR should colour (else this test proves nothing)"
+    monkeypatch.setenv("NO_COLOR", "1")
+    rc, out, err = run_cli(ARGS_65B)
+    assert rc == 0, err
+    assert not ANSI.search(out)
+    assert "Recommended" in out
