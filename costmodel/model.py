@@ -50,9 +50,11 @@ MEMORY_KEYS = ("weights", "gradients", "optimizer_states", "activations", "logit
 
 # Megatron's DDP bucket: max(40M, 1M x dp) elements (megatron/core/distributed).
 DDP_BUCKET_ELEMENTS = 40e6
-# Adam step bytes per parameter: read master, m, v, grad and write master, m, v, 16-bit param
-# (mixed precision: 4*4 + 3*4 + 2 = 30) plus the grad-norm read (4): 34; fp32: 32.
-OPTIMIZER_STEP_BYTES = np.array([32.0, 32.0, 34.0, 34.0, 34.0])
+# HBM bytes per parameter of one optimizer step (Megatron-LM's mixed-precision optimizer):
+# unscale + inf/NaN check of the fp32 grads (read 4, write 4), grad-norm for clipping (read 4),
+# Adam (read master, m, v, grad: 16; write master, m, v: 12), copy master -> 16-bit params
+# (read 4, write 2), zero the grad buffer (write 4): 50. fp32: no unscale, no copy: 36.
+OPTIMIZER_STEP_BYTES = np.array([36.0, 36.0, 50.0, 50.0, 50.0])
 NCCL_BUFFER_BYTES = 0.5e9  # NCCL channel buffers across TP/DP/PP communicators (nccl.md 2)
 
 
@@ -221,7 +223,8 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     outside = (10.0 + (4.0 if training.dropout else 0.0)) * tokens * h * ea
     inside = ((3.0 if model.gated_mlp else 2.0) * tokens * f
               + 2.0 * tokens * (a + g) * hd) * ea
-    t_elem_f = memop(outside / np.where(sp, t, 1.0) + inside / t, 6.0)
+    t_elem_f = memop(fw.elementwise_traffic * (outside / np.where(sp, t, 1.0) + inside / t),
+                     6.0)
     layer_f = t_gemm_f + t_attn_f + t_elem_f
     layer_b = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_elem_f
     layer_rc = np.where(rc == 2, layer_f, np.where(rc == 1, t_attn_recompute, 0.0))
@@ -235,7 +238,13 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     # 2 all-reduces forward + 2 backward (+ 2 in the recomputed forward); with sequence
     # parallelism each all-reduce becomes an all-gather + reduce-scatter pair.
     n_collectives = 4.0 + np.where(rc == 2, 2.0, 0.0)
-    layer_tp = np.where(batch.tp > 1, n_collectives * np.where(sp, ag + rs, ar), 0.0)
+    # each blocking collective also pays a rendezvous of the TP ranks (launch skew)
+    layer_tp = np.where(batch.tp > 1, n_collectives * (np.where(sp, ag + rs, ar)
+                                                      + fw.collective_s), 0.0)
+    # sequence parallelism re-gathers the input of each block's first linear in the backward
+    # (Korthikanti et al. 4.2.2), overlapped with the gradient GEMMs: only the part that
+    # overlap does not hide costs (communication kernels take SMs, nccl.md section 12)
+    layer_tp = layer_tp + np.where(sp, 2.0 * ag * (1.0 - eff.overlap_hidden), 0.0)
 
     # ---- embedding (first stage) and LM head + loss (last stage) ---------------------------
     emb_f = memop(2.0 * tokens * h * ea, 1.0) + np.where(batch.tp > 1, np.where(sp, rs, ar), 0)
@@ -255,10 +264,9 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     # ---- per-stage micro-batch times ----------------------------------------------------------
     gpu_layer = layer_f + layer_b + layer_rc + layer_tp
     # The host launches asynchronously: a layer takes the longer of its GPU time and the
-    # framework's host time (per pass: forward, two backward halves, recomputed forward; per
-    # blocking TP collective). Only small layers are host-bound.
-    host_layer = (fw.layer_pass_s * (3.0 + np.where(rc == 2, 1.0, 0.0))
-                  + np.where(batch.tp > 1, n_collectives * fw.collective_s, 0.0))
+    # framework's host time (per pass: forward, two backward halves, recomputed forward).
+    # Only small layers are host-bound.
+    host_layer = fw.layer_pass_s * (3.0 + np.where(rc == 2, 1.0, 0.0))
     layer_host = np.maximum(0.0, host_layer - gpu_layer)
     layer_total = gpu_layer + layer_host
     body = Ls * layer_total
@@ -303,15 +311,20 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     window_f = Ls * layer_f
     reduce_t = np.where(z == 0, t_ar, t_rs)
     if training.overlap_grad_reduce:
-        exposed_reduce = np.maximum(0.0, reduce_t - window_b) + np.minimum(t_bucket, reduce_t)
-        exposed_gather = np.maximum(0.0, t_ag - window_f)
+        hidden = 1.0 - eff.overlap_hidden  # share of overlapped communication still paid
+        exposed_reduce = (np.maximum(0.0, reduce_t - window_b) + np.minimum(t_bucket, reduce_t)
+                          + hidden * np.minimum(reduce_t, window_b))
+        exposed_gather = np.maximum(0.0, t_ag - window_f) + hidden * np.minimum(t_ag, window_f)
     else:
         exposed_reduce = reduce_t
         exposed_gather = t_ag
     # ZeRO-3: parameters gathered for forward and backward of every micro-batch, gradients
     # reduce-scattered per micro-batch, prefetched one layer ahead (FSDP / DeepSpeed stage 3).
     z3_mb = 2.0 * t_ag + t_rs
-    z3_exposed = m * np.maximum(0.0, z3_mb - (compute_mb + recompute_mb)) + t_ag / np.maximum(Ls, 1)
+    z3_window = compute_mb + recompute_mb
+    z3_exposed = (m * (np.maximum(0.0, z3_mb - z3_window)
+                       + (1.0 - eff.overlap_hidden) * np.minimum(z3_mb, z3_window))
+                  + t_ag / np.maximum(Ls, 1))
     dp_exposed = np.where(z >= 3, z3_exposed,
                           np.where(z >= 1, exposed_reduce + exposed_gather, exposed_reduce))
     dp_exposed = np.where(batch.dp > 1, dp_exposed, 0.0)
@@ -344,7 +357,9 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     infl_last = microbatches_in_flight(sched, batch.pp, m, v, batch.pp - 1)
     act_first = Ls * per_layer_act * infl_first + transient
     act_last = Ls * per_layer_act * infl_last + transient
-    logits = 6.0 * tokens * V / t  # bf16 logits + their fp32 copy (Korthikanti 4.3)
+    # vocabulary-parallel cross entropy: 16-bit logits, their fp32 copy (Korthikanti 4.3) and
+    # the fp32 softmax kept for the backward: 2 + 4 + 4 bytes per logit
+    logits = 10.0 * tokens * V / t
     if fw.pipe_buffers:  # input + output activation per in-flight micro-batch, TP-replicated
         act_first = act_first + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_first)
         act_last = act_last + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_last)
