@@ -521,7 +521,7 @@ def _intra_from_mapping(data: Any, default: IntraNodeSpec, gpu: GPUSpec,
             raise InputError(f"{field}.bandwidth_GBps", f"required: GPU {gpu.name} has no NVLink "
                                                         f"bandwidth to default to")
     if "latency_us" in data:
-        lat = _num(f"{field}.latency_us", data["latency_us"], allow_zero=True) * 1e-6
+        lat = _num(f"{field}.latency_us", data["latency_us"], allow_zero=True) / 1e6
     elif same:
         lat = default.latency_s
     else:
@@ -547,7 +547,7 @@ def _inter_from_mapping(data: Any, default: InterNodeSpec, field: str) -> InterN
     if "oversubscription" in data:
         over = _num(f"{field}.oversubscription", data["oversubscription"], minimum=1)
     if "latency_us" in data:
-        lat = _num(f"{field}.latency_us", data["latency_us"], allow_zero=True) * 1e-6
+        lat = _num(f"{field}.latency_us", data["latency_us"], allow_zero=True) / 1e6
     elif same:
         lat = default.latency_s
     else:
