@@ -102,8 +102,10 @@ def _system(cluster: ClusterSpec) -> coll.NcclSystem:
     return coll.nccl_system(cluster)
 
 
-def _geometry(cluster: ClusterSpec, tp, pp, dp) -> dict[str, np.ndarray]:
-    """Group geometry per configuration, computed once per unique (tp, pp, dp)."""
+def _geometry(cluster: ClusterSpec, tp, pp, dp) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Group geometry per configuration, computed once per unique (tp, pp, dp).
+
+    Returns the per-configuration columns and each configuration's layout index."""
     key = (tp.astype(np.int64) * 1_000_003 + pp) * 1_000_003 + dp
     uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
     cols = {name: np.empty(len(uniq)) for name in
@@ -113,74 +115,91 @@ def _geometry(cluster: ClusterSpec, tp, pp, dp) -> dict[str, np.ndarray]:
         cols["tp_nodes"][j] = lay.tp.n_nodes
         cols["dp_nodes"][j] = lay.dp.n_nodes
         cols["pp_inter"][j] = 1.0 if lay.pp.crosses_nodes else 0.0
-    return {k: v[inv] for k, v in cols.items()}
+    inv = inv.reshape(-1)
+    return {k: v[inv] for k, v in cols.items()}, inv
 
 
 class _Collectives:
-    """Collective times through the NCCL model, deduplicated over identical calls."""
+    """Collective times through the NCCL model, computed once per distinct call.
 
-    def __init__(self, system: coll.NcclSystem, batch: ConfigBatch) -> None:
+    Every collective of a step is a function of the layout, the micro-batch size, the
+    precision, the ZeRO stage and the NCCL algorithm/protocol. Those columns form one
+    integer key; collectives are evaluated on one representative configuration per key and
+    gathered back, so a batch of a million configurations costs a few hundred NCCL-model
+    evaluations.
+    """
+
+    def __init__(self, system: coll.NcclSystem, batch: ConfigBatch, layout: np.ndarray
+                 ) -> None:
         self.system = system
-        self.algo = batch.nccl_algo
-        self.proto = batch.nccl_proto
         self.algo_table = batch.nccl_algo_table
         self.proto_table = batch.nccl_proto_table
+        key = layout.astype(np.int64)
+        for col, radix in ((batch.micro_batch_size, 1 << 16), (batch.precision, 8),
+                           (batch.zero_stage, 4), (batch.nccl_algo, 256),
+                           (batch.nccl_proto, 256)):
+            key = key * radix + col
+        _, self.first, self.inv = np.unique(key, return_index=True, return_inverse=True)
+        self.inv = self.inv.reshape(-1)
+        self.algo = batch.nccl_algo[self.first]
+        self.proto = batch.nccl_proto[self.first]
 
     def time_s(self, collective: str, nbytes, n_ranks, n_nodes) -> np.ndarray:
-        n = self.algo.shape[0]
-        nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), (n,))
-        n_ranks = np.broadcast_to(np.asarray(n_ranks, dtype=np.int64), (n,))
-        n_nodes = np.broadcast_to(np.asarray(n_nodes, dtype=np.int64), (n,))
-        out = np.zeros(n)
+        n = self.inv.shape[0]
+        pick = self.first
+
+        def rep(x, dtype):
+            a = np.asarray(x, dtype=dtype)
+            return np.broadcast_to(a, (n,))[pick] if a.ndim else np.full(len(pick), a)
+
+        nbytes, n_ranks, n_nodes = rep(nbytes, float), rep(n_ranks, np.int64), rep(n_nodes,
+                                                                                  np.int64)
+        out = np.zeros(len(pick))
         active = n_ranks > 1
-        if not active.any():
-            return out
         for a_code in np.unique(self.algo[active]):
             for p_code in np.unique(self.proto[active]):
                 sel = active & (self.algo == a_code) & (self.proto == p_code)
                 if not sel.any():
                     continue
-                # dedupe identical (bytes, ranks, nodes) triples: typically a handful
-                trip = np.stack([nbytes[sel], n_ranks[sel], n_nodes[sel]], axis=1)
-                uniq, inv = np.unique(trip, axis=0, return_inverse=True)
                 res = coll.collective_time_s(
-                    self.system, collective, uniq[:, 0], uniq[:, 1].astype(np.int64),
-                    uniq[:, 2].astype(np.int64), algo=self.algo_table[a_code],
-                    proto=self.proto_table[p_code], on_invalid="inf")
-                out[sel] = np.asarray(res.time_s, dtype=float)[inv.reshape(-1)]
-        return out
+                    self.system, collective, nbytes[sel], n_ranks[sel], n_nodes[sel],
+                    algo=self.algo_table[a_code], proto=self.proto_table[p_code],
+                    on_invalid="inf")
+                out[sel] = np.asarray(res.time_s, dtype=float)
+        return out[self.inv]
 
 
-# ---------------------------------------------------------------------------------------------
-def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch: ConfigBatch,
-          *, efficiency: Efficiency | None = None) -> Scores:
-    """Score every configuration of ``batch``; see the module docstring for the structure."""
-    gpu = cluster.gpu
-    eff = efficiency or efficiency_for(gpu.compute_capability)
-    fw = FRAMEWORKS[training.framework]
-    system = _system(cluster)
-    comm = _Collectives(system, batch)
+LAYER_TERMS = ("layer_f", "layer_b", "layer_rc", "layer_tp", "layer_host", "emb_t", "head_t",
+               "per_layer_act", "full_layer_act")
 
+
+def _layer_key(batch: ConfigBatch, tp_nodes: np.ndarray) -> np.ndarray:
+    """The columns a layer's cost depends on, packed into one integer per configuration."""
+    key = batch.tp.astype(np.int64)
+    for col, radix in ((tp_nodes.astype(np.int64), 1 << 12),
+                       (batch.micro_batch_size, 1 << 16), (batch.precision, 8),
+                       (batch.recompute, 4), (batch.sequence_parallel.astype(np.int64), 2),
+                       (batch.nccl_algo, 256), (batch.nccl_proto, 256)):
+        key = key * radix + col
+    return key
+
+
+def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, gpu,
+                 comm: _Collectives, batch: ConfigBatch, tp_nodes: np.ndarray
+                 ) -> dict[str, np.ndarray]:
+    """One transformer layer for one micro-batch on one TP rank, plus the embedding and the
+    LM head: forward/backward/recompute time, TP communication, host overhead, activations.
+    """
     t = batch.tp.astype(float)
-    p = batch.pp.astype(float)
-    d = batch.dp.astype(float)
     b = batch.micro_batch_size.astype(float)
     prec = batch.precision
     rc = batch.recompute
     sp = batch.sequence_parallel & (batch.tp > 1)
-    z = batch.zero_stage
-    sched = batch.schedule
-    v = np.where(sched == INTERLEAVED, batch.virtual_stages, 1).astype(float)
     s = float(training.seq_length)
-    B = float(training.global_batch_size)
-    L = float(model.num_layers)
     h, hd, a, g, f = (float(model.hidden_size), float(model.head_dim),
                       float(model.num_attention_heads), float(model.num_kv_heads),
                       float(model.ffn_hidden_size))
-    m = B / (b * d)
-    Ls = L / p
     V = padded_vocab(model.vocab_size, batch.tp)
-
     peaks = np.array([gpu.peak_flops_per_s.get(pr, np.nan) for pr in PRECISIONS])
     peak = peaks[prec]
     fp8 = prec == PRECISIONS.index("fp8")
@@ -188,7 +207,6 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     bw = gpu.memory_bandwidth_bytes_per_s
     eg = GEMM_BYTES[prec]
     ea = ACT_BYTES[prec]
-    geo = _geometry(cluster, batch.tp, batch.pp, batch.dp)
 
     def gemm(mm, nn, kk):
         return gemm_time_s(mm, nn, kk, peak_flops_per_s=gemm_peak, mem_bandwidth_bytes_per_s=bw,
@@ -231,7 +249,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
 
     # ---- TP collectives per layer per micro-batch (Shoeybi et al. 2019; Korthikanti 4.2.2) --
     act = tokens * h * ea
-    tp_n, tp_nodes = batch.tp, geo["tp_nodes"]
+    tp_n = batch.tp
     ar = comm.time_s("allreduce", act, tp_n, tp_nodes)
     ag = comm.time_s("allgather", act, tp_n, tp_nodes)
     rs = comm.time_s("reducescatter", act, tp_n, tp_nodes)
@@ -256,19 +274,80 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     emb_t = emb_f + emb_b
     head_t = head_f + head_b
 
-    # ---- pipeline point-to-point per micro-batch ----------------------------------------------
-    p2p_bytes = act / np.where(batch.tp > 1, t, 1.0)  # scatter/gather optimisation
-    p2p_one = coll.p2p_time_s(system, p2p_bytes, geo["pp_inter"] > 0.5)
-    pp_mb = np.where(batch.pp > 1, 2.0 * v * p2p_one, 0.0)
-
-    # ---- per-stage micro-batch times ----------------------------------------------------------
     gpu_layer = layer_f + layer_b + layer_rc + layer_tp
     # The host launches asynchronously: a layer takes the longer of its GPU time and the
     # framework's host time (per pass: forward, two backward halves, recomputed forward).
     # Only small layers are host-bound.
     host_layer = fw.layer_pass_s * (3.0 + np.where(rc == 2, 1.0, 0.0))
     layer_host = np.maximum(0.0, host_layer - gpu_layer)
-    layer_total = gpu_layer + layer_host
+    per_layer_act = layer_activation_bytes(model, training.seq_length, b, t, sp, rc,
+                                           flash_attention=training.flash_attention,
+                                           dropout=training.dropout, act_bytes=ea)
+    full_layer_act = layer_activation_bytes(model, training.seq_length, b, t, sp,
+                                            np.zeros_like(rc),
+                                            flash_attention=training.flash_attention,
+                                            dropout=training.dropout, act_bytes=ea)
+    out = locals()
+    return {k: np.broadcast_to(out[k], t.shape) for k in LAYER_TERMS}
+
+
+# ---------------------------------------------------------------------------------------------
+def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch: ConfigBatch,
+          *, efficiency: Efficiency | None = None) -> Scores:
+    """Score every configuration of ``batch``; see the module docstring for the structure."""
+    gpu = cluster.gpu
+    eff = efficiency or efficiency_for(gpu.compute_capability)
+    fw = FRAMEWORKS[training.framework]
+    system = _system(cluster)
+
+    t = batch.tp.astype(float)
+    p = batch.pp.astype(float)
+    d = batch.dp.astype(float)
+    b = batch.micro_batch_size.astype(float)
+    prec = batch.precision
+    rc = batch.recompute
+    z = batch.zero_stage
+    sched = batch.schedule
+    v = np.where(sched == INTERLEAVED, batch.virtual_stages, 1).astype(float)
+    s = float(training.seq_length)
+    B = float(training.global_batch_size)
+    L = float(model.num_layers)
+    h = float(model.hidden_size)
+    m = B / (b * d)
+    Ls = L / p
+    V = padded_vocab(model.vocab_size, batch.tp)
+
+    peaks = np.array([gpu.peak_flops_per_s.get(pr, np.nan) for pr in PRECISIONS])
+    peak = peaks[prec]
+    bw = gpu.memory_bandwidth_bytes_per_s
+    ea = ACT_BYTES[prec]
+
+    def memop(nbytes, kernels=1.0):
+        return memory_op_time_s(nbytes, mem_bandwidth_bytes_per_s=bw, eff=eff,
+                                n_kernels=kernels)
+
+    geo, layout = _geometry(cluster, batch.tp, batch.pp, batch.dp)
+    comm = _Collectives(system, batch, layout)
+
+    # ---- per-layer and per-micro-batch terms, once per distinct layer shape ------------------
+    lk = _layer_key(batch, geo["tp_nodes"])
+    _, lfirst, linv = np.unique(lk, return_index=True, return_inverse=True)
+    linv = linv.reshape(-1)
+    sub = batch.take(lfirst)
+    terms = _layer_terms(model, training, eff, fw, gpu, _Collectives(system, sub, layout[lfirst]),
+                         sub, geo["tp_nodes"][lfirst])
+    (layer_f, layer_b, layer_rc, layer_tp, layer_host, emb_t, head_t, per_layer_act,
+     full_layer_act) = (terms[k][linv] for k in LAYER_TERMS)
+    tokens = b * s
+    act = tokens * h * ea
+
+    # ---- pipeline point-to-point per micro-batch ----------------------------------------------
+    p2p_bytes = act / np.where(batch.tp > 1, t, 1.0)  # scatter/gather optimisation
+    p2p_one = coll.p2p_time_s(system, p2p_bytes, geo["pp_inter"] > 0.5)
+    pp_mb = np.where(batch.pp > 1, 2.0 * v * p2p_one, 0.0)
+
+    # ---- per-stage micro-batch times ----------------------------------------------------------
+    layer_total = layer_f + layer_b + layer_rc + layer_tp + layer_host
     body = Ls * layer_total
     single = batch.pp == 1
     first = np.where(single, body + emb_t + head_t, body + emb_t + pp_mb)
@@ -345,13 +424,6 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     step = span + dp_exposed + tied_sync + t_opt + eff.step_overhead_s
 
     # ---- memory per stage ----------------------------------------------------------------------
-    per_layer_act = layer_activation_bytes(model, training.seq_length, b, t, sp, rc,
-                                           flash_attention=training.flash_attention,
-                                           dropout=training.dropout, act_bytes=ea)
-    full_layer_act = layer_activation_bytes(model, training.seq_length, b, t, sp,
-                                            np.zeros_like(rc),
-                                            flash_attention=training.flash_attention,
-                                            dropout=training.dropout, act_bytes=ea)
     transient = np.where(rc == 2, full_layer_act, 0.0)  # one layer live while recomputed
     infl_first = microbatches_in_flight(sched, batch.pp, m, v, 0)
     infl_last = microbatches_in_flight(sched, batch.pp, m, v, batch.pp - 1)
