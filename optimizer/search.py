@@ -109,7 +109,7 @@ def run(problem, *, space=None, sampler: str = "auto", trials: int = 300, seed: 
     return optuna_search.run(problem, ctx, sp, valid_count=len(valid), sampler=chosen,
                              requested=sampler, trials=trials, seed=seed,
                              batch_size=batch_size, storage=storage, study_name=study_name,
-                             progress=progress)
+                             progress=progress, valid=valid)
 
 
 def valid_mask(ctx: Context, batch: ConfigBatch) -> np.ndarray:

@@ -1,0 +1,91 @@
+"""Search quality and speed: exhaustive front versus Optuna samplers, and CLI wall times.
+
+For each problem (65b/16, 13b/32, 175b/128 on A100-80GB nodes, default space and limit) it
+prints the hypervolume of the exact front (exhaustive enumeration) and, per sampler and seed,
+the ratio hypervolume(sampler's front) / hypervolume(exact front), with wall times.
+Hypervolume: :func:`optimizer.pareto.hypervolume_2d` over the feasible points, reference point
+(throughput 0, memory = the memory limit). Target: TPE with 300 trials >= 0.99.
+
+Then the whole-process wall time of ``optimize --model 175b --gpus 1024 --sampler exhaustive``
+and of ``optimize --model 65b --gpus 16`` (subprocesses, including interpreter start-up).
+Run ``python benchmarks/bench_search.py [--seeds 5] [--samplers tpe,nsga2,random]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from optimizer import search  # noqa: E402
+from optimizer.api import resolve_problem  # noqa: E402
+from optimizer.pareto import hypervolume_2d  # noqa: E402
+
+PROBLEMS = (("65b", 16), ("13b", 32), ("175b", 128))
+CLI_RUNS = (("175b", 1024, ["--sampler", "exhaustive"]), ("65b", 16, []))
+
+
+def hypervolume(problem, outcome) -> float:
+    s = outcome.scores
+    return hypervolume_2d(s.tokens_per_s, s.peak_memory_bytes, problem.memory_limit_bytes)
+
+
+def bench_quality(samplers: list[str], seeds: int, trials: int) -> None:
+    print(f"hypervolume ratio vs the exhaustive front ({trials} trials, seeds 0..{seeds - 1})")
+    for model, gpus in PROBLEMS:
+        problem = resolve_problem(model=model, gpus=gpus)
+        t0 = time.perf_counter()
+        exact = search.run(problem, sampler="exhaustive")
+        t_exact = time.perf_counter() - t0
+        hv0 = hypervolume(problem, exact)
+        print(f"{model}/{gpus}: {exact.valid_space_size} valid configurations, exhaustive "
+              f"hypervolume {hv0:.4e} (tokens/s x bytes) in {t_exact:.3f} s")
+        for sampler in samplers:
+            ratios, walls, evaluated = [], [], []
+            for seed in range(seeds):
+                t0 = time.perf_counter()
+                out = search.run(problem, sampler=sampler, trials=trials, seed=seed)
+                walls.append(time.perf_counter() - t0)
+                ratios.append(hypervolume(problem, out) / hv0 if hv0 > 0 else float("nan"))
+                evaluated.append(out.evaluated)
+            print(f"  {sampler:>6}: ratio min {min(ratios):.4f} mean "
+                  f"{statistics.fmean(ratios):.4f} max {max(ratios):.4f}  "
+                  f"(>= 0.99 in {sum(r >= 0.99 for r in ratios)}/{seeds}); distinct configs "
+                  f"{statistics.fmean(evaluated):.0f}; wall {statistics.fmean(walls):.2f} s/run")
+
+
+def bench_cli() -> None:
+    print("whole-process wall time (python -m optimizer.cli ... --json > /dev/null)")
+    for model, gpus, extra in CLI_RUNS:
+        args = [sys.executable, "-m", "optimizer.cli", "--model", model, "--gpus", str(gpus),
+                *extra, "--json"]
+        t0 = time.perf_counter()
+        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        status = "ok" if done.returncode == 0 else f"exit {done.returncode}: " \
+            f"{done.stderr.strip()[:200]}"
+        print(f"  optimize --model {model} --gpus {gpus} {' '.join(extra)}: {wall:.2f} s "
+              f"({status})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--samplers", default="tpe,nsga2,random")
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--trials", type=int, default=300)
+    p.add_argument("--no-cli", action="store_true")
+    a = p.parse_args(argv)
+    bench_quality(a.samplers.split(","), a.seeds, a.trials)
+    if not a.no_cli:
+        bench_cli()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

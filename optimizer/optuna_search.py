@@ -1,0 +1,569 @@
+"""The Optuna path of the search: TPE, NSGA-II or random sampling over the valid space.
+
+Encoding (ecosystem.md 1.2, 1.5). Every trial proposes a configuration that satisfies every
+validity rule, by construction: the parameters are drawn in a fixed order
+(:data:`PARAM_ORDER`), and each parameter's choices are the values that still occur among the
+valid configurations (:func:`search_spaces.enumerate.enumerate_valid`) consistent with the
+choices already made. A parameter with one choice left is not suggested; a parameter whose
+choices are the full list keeps its plain name (``layout``, ``micro_batch_size``, ...); a
+restricted list gets its own name that spells the list (``schedule[1f1b,interleaved_v2]``), so
+every name has one fixed categorical choice list for the whole study, as Optuna requires.
+``tp`` and ``pp`` travel together as one categorical ``layout`` (``"tp4_pp2"``; ``dp`` is
+derived), and ``schedule`` with ``virtual_stages`` as one (``"1f1b"``, ``"interleaved_v2"``).
+The lists depend only on the inputs, so they are the same in every process and on resume.
+
+Batches (ecosystem.md 1.9). Trials are asked ``batch_size`` at a time from the seeded sampler,
+decoded, the configurations not scored before are scored in ONE vectorised
+:func:`costmodel.model.score` call (through :func:`optimizer.search.score_batch`), and the
+trials are told in order with ``(tokens_per_s, peak_memory_bytes)`` and the constraint
+``memory_over_limit = (peak - limit) / limit`` (feasible iff <= 0). Same seed, batch size,
+inputs and versions give the same study and the same front.
+
+Budget. The search ends when the study holds ``trials`` finished (COMPLETE + PRUNED) trials,
+counting trials from a previous (killed) run and from other workers sharing the study: before
+each batch a worker asks at most ``trials - finished - running``; after asking, a trial whose
+predecessors (by trial number, which Optuna assigns in creation order under a lock) already
+hold the whole budget is marked FAIL unscored, so concurrent workers never overshoot. Trials
+left RUNNING by dead processes are failed (:func:`optimizer.storage.fail_dead_trials`).
+
+Polish. For TPE and NSGA-II the last :data:`POLISH_FRACTION` of the budget is a local search
+around the current front: its unscored neighbours (one or two parameters changed, nearest
+steps first, :func:`polish_candidates`), recomputed every batch, are enqueued
+(``study.enqueue_trial``) and asked like any trial, so they are in the study, count against
+``trials`` and inform the sampler. In benchmarks (benchmarks/bench_search.py) plain TPE with
+300 trials missed the 0.99 hypervolume ratio on some seeds (min 0.94 on 65b/16, where 10 of
+1245 valid configurations fit; 0.975 on 175b/1024); with the polish every seed reached it.
+Random sampling stays a pure baseline.
+
+Seeds. A fresh study uses ``seed`` as is (reproducible). A process that joins a study that
+already has trials (a resumed search, a late worker) seeds its sampler from (seed, number of
+trials, pid), so it does not replay the random stream the study already consumed (ecosystem
+1.9: distributed workers need distinct seeds). Two workers that start together on an empty
+study share the seed, and their first batches repeat each other (cached, not re-scored).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from costmodel.batch import ConfigBatch
+from costmodel.errors import InputError
+from costmodel.specs import PRECISIONS, RECOMPUTE, SCHEDULES
+from optimizer import storage as st
+from optimizer.search import CONSTRAINT_KEY, SearchOutcome, score_batch
+from search_spaces.enumerate import enumerate_valid
+from search_spaces.rules import Context
+from search_spaces.space import SearchSpace
+
+#: Parameters in the order they are drawn: the layout first (it decides most of the rest).
+PARAM_ORDER: tuple[str, ...] = (
+    "layout", "micro_batch_size", "recompute", "sequence_parallel", "zero_stage", "schedule",
+    "precision", "nccl_algo", "nccl_proto",
+)
+SAMPLER_NAMES = ("tpe", "nsga2", "random")
+POLL_S = 0.5  # wait between checks while other workers hold the rest of the budget
+
+#: Sampler settings; TPE's were chosen with benchmarks/bench_search.py (hypervolume ratio).
+#: The whole first batch is asked before any trial is told, so TPE's start-up phase lasts
+#: max(n_startup_trials, batch_size) trials.
+TPE_SETTINGS: dict[str, Any] = {"multivariate": True, "group": True, "constant_liar": True,
+                                "n_startup_trials": 20, "n_ei_candidates": 24}
+NSGA2_POPULATION = 50
+#: Share of the trials spent, at the end, on the unscored neighbours of the current front
+#: (enqueued as fixed trials). 0.4 from benchmarks: 0.2 left 175b/1024 below 0.99 on 3 of 8
+#: seeds, 0.3 on none but with a lower minimum; 0.4 and 0.5 reached >= 0.999 everywhere.
+POLISH_FRACTION: dict[str, float] = {"tpe": 0.4, "nsga2": 0.4, "random": 0.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# encoding
+def _layout_token(tp: int, pp: int) -> str:
+    return f"tp{tp}_pp{pp}"
+
+
+def _schedule_token(schedule: str, virtual_stages: int) -> str:
+    return f"interleaved_v{virtual_stages}" if schedule == "interleaved" else schedule
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """Valid configurations as token codes per parameter (see the module docstring).
+
+    ``codes[p][i]`` is the index into ``tokens[p]`` of valid configuration ``i``'s value of
+    parameter ``p``; ``tokens[p]`` is the global choice list of ``p`` (valid values only, in
+    the space's order).
+    """
+
+    valid: ConfigBatch
+    tokens: Mapping[str, tuple[Any, ...]]
+    codes: Mapping[str, np.ndarray]
+
+    @classmethod
+    def build(cls, valid: ConfigBatch, space: SearchSpace) -> Encoding:
+        n = len(valid)
+        raw: dict[str, list[Any]] = {
+            "layout": [_layout_token(int(t), int(p)) for t, p in zip(valid.tp, valid.pp,
+                                                                     strict=True)],
+            "micro_batch_size": valid.micro_batch_size.tolist(),
+            "recompute": [RECOMPUTE[c] for c in valid.recompute],
+            "sequence_parallel": [bool(x) for x in valid.sequence_parallel],
+            "zero_stage": valid.zero_stage.tolist(),
+            "schedule": [_schedule_token(SCHEDULES[s], int(v))
+                         for s, v in zip(valid.schedule, valid.virtual_stages, strict=True)],
+            "precision": [PRECISIONS[c] for c in valid.precision],
+            "nccl_algo": [valid.nccl_algo_table[c] for c in valid.nccl_algo],
+            "nccl_proto": [valid.nccl_proto_table[c] for c in valid.nccl_proto],
+        }
+        order = {
+            "layout": [_layout_token(t, p) for t in space.tp for p in space.pp],
+            "micro_batch_size": list(space.micro_batch_size),
+            "recompute": list(space.recompute),
+            "sequence_parallel": list(space.sequence_parallel),
+            "zero_stage": list(space.zero_stage),
+            "schedule": [_schedule_token(s, v) for s in space.schedule
+                         for v in space.virtual_stages],
+            "precision": list(space.precision),
+            "nccl_algo": list(space.nccl_algo),
+            "nccl_proto": list(space.nccl_proto),
+        }
+        tokens: dict[str, tuple[Any, ...]] = {}
+        codes: dict[str, np.ndarray] = {}
+        for p in PARAM_ORDER:
+            present = set(raw[p])
+            toks = tuple(dict.fromkeys(t for t in order[p] if t in present))
+            index = {t: i for i, t in enumerate(toks)}
+            tokens[p] = toks
+            codes[p] = np.fromiter((index[t] for t in raw[p]), dtype=np.int64, count=n)
+        return cls(valid, tokens, codes)
+
+    def walk(self, choose: Callable[[str, tuple[Any, ...]], Any]) -> int:
+        """Draw one configuration: for each parameter in order, ``choose(name, choices)``
+        picks a token among the ones still possible (only called with two or more choices).
+        Returns the index of the configuration in ``valid``."""
+        alive = np.ones(len(self.valid), dtype=bool)
+        for p in PARAM_ORDER:
+            toks = self.tokens[p]
+            here = np.flatnonzero(np.bincount(self.codes[p][alive], minlength=len(toks)))
+            if len(here) == 1:
+                code = int(here[0])
+            else:
+                choices = tuple(toks[i] for i in here)
+                token = choose(param_name(p, choices, toks), choices)
+                code = toks.index(token)
+            alive &= self.codes[p] == code
+        (row,) = np.flatnonzero(alive)
+        return int(row)
+
+    def decode(self, params: Mapping[str, Any]) -> int | None:
+        """The valid configuration a finished trial's parameters name, or None if they name
+        none (a trial written with another encoding)."""
+        def pick(name: str, choices: tuple[Any, ...]) -> Any:
+            if params.get(name) not in choices:
+                raise KeyError(name)
+            return params[name]
+
+        try:
+            return self.walk(pick)
+        except (KeyError, ValueError):
+            return None
+
+    def params_for(self, row: int) -> dict[str, Any]:
+        """The trial parameters that name valid configuration ``row`` (for
+        ``study.enqueue_trial``, e.g. to seed a study with a known recipe)."""
+        out: dict[str, Any] = {}
+
+        def pick(name: str, choices: tuple[Any, ...]) -> Any:
+            p = name.split("[", 1)[0]
+            token = self.tokens[p][int(self.codes[p][row])]
+            out[name] = token
+            return token
+
+        self.walk(pick)
+        return out
+
+    def steps(self, row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For every valid configuration, compared with configuration ``row``: the number of
+        parameters that differ, the step distance (the layout counts |log2 tp ratio| +
+        |log2 pp ratio|, every other parameter its distance in its ordered choice list), and
+        the first differing parameter (index into :data:`PARAM_ORDER`)."""
+        codes = np.stack([self.codes[p] for p in PARAM_ORDER])
+        diff = codes != codes[:, row:row + 1]
+        dist = np.abs(codes - codes[:, row:row + 1]).astype(float)
+        lt, lp = np.log2(self.valid.tp), np.log2(self.valid.pp)
+        dist[PARAM_ORDER.index("layout")] = np.abs(lt - lt[row]) + np.abs(lp - lp[row])
+        return diff.sum(axis=0), dist.sum(axis=0), diff.argmax(axis=0)
+
+    def description(self) -> dict[str, list]:
+        """The global choice lists (recorded in the study, compared on resume)."""
+        return {p: list(self.tokens[p]) for p in PARAM_ORDER}
+
+
+def param_name(param: str, choices: Sequence[Any], all_choices: Sequence[Any]) -> str:
+    """``param`` when ``choices`` is the full list, else ``param[c1,c2,...]``."""
+    if len(choices) == len(all_choices):
+        return param
+    return f"{param}[{','.join(_tok(c) for c in choices)}]"
+
+
+def _tok(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# samplers
+def make_sampler(name: str, seed: int, trials: int):
+    """``(sampler, settings)`` for ``tpe``, ``nsga2`` or ``random`` (explicit, ecosystem 1.1)."""
+    import optuna
+
+    st._quiet_optuna()
+    if name == "tpe":
+        settings = dict(TPE_SETTINGS)
+        settings["n_startup_trials"] = min(settings["n_startup_trials"], max(1, trials // 5))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sampler = optuna.samplers.TPESampler(seed=seed, **settings)
+        return sampler, {"class": "TPESampler", **settings}
+    if name == "nsga2":
+        settings = {"population_size": max(2, min(NSGA2_POPULATION, trials // 4))}
+        return (optuna.samplers.NSGAIISampler(seed=seed, **settings),
+                {"class": "NSGAIISampler", **settings})
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed), {"class": "RandomSampler"}
+    raise InputError("sampler", f"{name!r} is not an Optuna sampler here",
+                     "tpe, nsga2 or random")
+
+
+def default_study_name(fingerprint: str, space_fp: str, sampler: str, seed: int) -> str:
+    """A study name that is the same for the same problem, space, sampler and seed, so
+    re-running a command with ``--storage`` resumes its study."""
+    return f"paraplan-{fingerprint.split(':')[-1][:12]}-{space_fp[:8]}-{sampler}-s{seed}"
+
+
+def _space_fingerprint(enc: Encoding) -> str:
+    import hashlib
+    import json
+
+    blob = json.dumps(enc.description(), sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+class _Progress:
+    """A rich progress bar on stderr, or nothing."""
+
+    def __init__(self, enabled: bool, total: int, label: str) -> None:
+        self._bar = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(),
+                                 console=Console(stderr=True), transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task(label, total=total)
+
+    def update(self, done: int, feasible: int) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done,
+                             description=f"trials ({feasible} feasible)")
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+@dataclass
+class _Scored:
+    """The configurations scored so far: rows of ``valid`` and their Scores, in order."""
+
+    rows: list[int]
+    parts: list[Any]
+    position: dict[int, int]  # valid row -> index into the concatenation
+    tokens: list[float]
+    peaks: list[float]
+
+    @classmethod
+    def empty(cls) -> _Scored:
+        return cls([], [], {}, [], [])
+
+    def add(self, problem, valid: ConfigBatch, new_rows: Sequence[int]) -> None:
+        """Score ``new_rows`` (not scored before) in one vectorised call."""
+        if not new_rows:
+            return
+        scores = score_batch(problem, valid.take(np.asarray(new_rows, dtype=np.int64)))
+        tps = np.where(np.isfinite(scores.tokens_per_s), scores.tokens_per_s, 0.0)
+        for j, r in enumerate(new_rows):
+            self.position[r] = len(self.rows)
+            self.rows.append(r)
+            self.tokens.append(float(tps[j]))
+            self.peaks.append(float(scores.peak_memory_bytes[j]))
+        self.parts.append(scores)
+
+    def feasible(self, limit: float) -> int:
+        return sum(p <= limit for p in self.peaks)
+
+    def values(self, row: int) -> tuple[float, float]:
+        i = self.position[row]
+        return self.tokens[i], self.peaks[i]
+
+
+def _concat_scores(parts: Sequence[Any]):
+    from costmodel.model import Scores
+
+    if len(parts) == 1:
+        return parts[0]
+    cat = {}
+    for name in Scores.__dataclass_fields__:
+        first = getattr(parts[0], name)
+        if isinstance(first, dict):
+            cat[name] = {k: np.concatenate([getattr(p, name)[k] for p in parts]) for k in first}
+        else:
+            cat[name] = np.concatenate([getattr(p, name) for p in parts])
+    return Scores(**cat)
+
+
+# ---------------------------------------------------------------------------------------------
+def run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: str,
+        requested: str, trials: int, seed: int, batch_size: int, storage: str | None,
+        study_name: str | None, progress: bool, user_attrs: Mapping[str, Any] | None = None,
+        valid: ConfigBatch | None = None) -> SearchOutcome:
+    """Run an Optuna multi-objective search (see the module docstring) and return the unique
+    configurations its study scored, from every run and worker of the study.
+
+    ``valid`` (optional) is ``enumerate_valid(ctx, sp)`` when the caller already has it.
+    ``user_attrs`` are extra study attributes recorded when the study is created.
+    """
+    if sampler not in SAMPLER_NAMES:
+        raise InputError("sampler", f"unknown Optuna sampler {sampler!r}", "tpe, nsga2, random")
+    if valid is None:
+        valid = enumerate_valid(ctx, sp)
+    if len(valid) == 0:
+        raise InputError("space", "no configuration satisfies the validity rules")
+    enc = Encoding.build(valid, sp)
+    space_fp = _space_fingerprint(enc)
+    fingerprint = problem.fingerprint()
+    opt_sampler, settings = make_sampler(sampler, seed, trials)
+    polish = POLISH_FRACTION.get(sampler, 0.0)
+    settings = {**settings, "polish_fraction": polish}
+    name = study_name or default_study_name(fingerprint, space_fp, sampler, seed)
+    kind = st.storage_kind(storage)
+    store = st.open_storage(storage)
+    attrs = {**st.library_versions(), "fingerprint": fingerprint,
+             "space_fingerprint": space_fp, "space": enc.description(), "seed": seed,
+             "sampler": sampler, "sampler_settings": settings, "batch_size": batch_size,
+             "trials": trials, "memory_limit_bytes": problem.memory_limit_bytes,
+             **dict(user_attrs or {})}
+    study = st.open_study(store, name, opt_sampler, attrs,
+                          check_attrs=("fingerprint", "space_fingerprint"))
+    st.fail_dead_trials(study, kind, at_startup=True)
+    sampler_seed = seed
+    n_before = len(study.get_trials(deepcopy=False))
+    joined = n_before > 0
+    if joined:  # resuming, or a late worker: do not replay the first run's random stream
+        sampler_seed = int(np.random.SeedSequence([seed, n_before, os.getpid()])
+                           .generate_state(1)[0])
+        study.sampler, _ = make_sampler(sampler, sampler_seed, trials)
+
+    limit = float(problem.memory_limit_bytes)
+    scored = _Scored.empty()
+    scored.add(problem, valid, _study_rows(study, enc))  # a resumed or shared study
+    token = st.begin_run()
+    bar = _Progress(progress, trials, "trials")
+    try:
+        _loop(study, enc, problem, scored, kind=kind, trials=trials, batch_size=batch_size,
+              limit=limit, me=st.worker_id(token), bar=bar, polish=polish)
+    finally:
+        bar.close()
+        st.end_run(token)
+
+    # the union of every configuration the study scored (this run, earlier runs, other workers)
+    unique = _study_rows(study, enc)
+    scored.add(problem, valid, [r for r in unique if r not in scored.position])
+    if unique:
+        take = np.array([scored.position[r] for r in unique], dtype=np.int64)
+        scores = _concat_scores(scored.parts)
+        scores = _take_scores(scores, take)
+        batch = valid.take(np.array(unique, dtype=np.int64))
+    else:  # every trial was failed by other workers: nothing scored
+        batch = valid.take(np.array([], dtype=np.int64))
+        scores = score_batch(problem, valid.take(np.array([0], dtype=np.int64)))
+        scores = _take_scores(scores, np.array([], dtype=np.int64))
+    import optuna
+
+    info = {"sampler": sampler, "requested_sampler": requested, "seed": seed,
+            "trials": trials, "batch_size": batch_size, "study_name": name,
+            "storage": st.redact(storage) if storage is not None else None,
+            "optuna_version": optuna.__version__, "sampler_settings": settings,
+            "sampler_seed": sampler_seed, "resumed": joined,
+            "finished_trials": st.count_finished(study)}
+    return SearchOutcome(batch, scores, len(unique), int(valid_count), sampler, info)
+
+
+def _study_rows(study, enc: Encoding) -> list[int]:
+    """The distinct valid configurations of the study's COMPLETE trials, in trial order."""
+    from optuna.trial import TrialState
+
+    rows = (enc.decode(t.params)
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    return list(dict.fromkeys(r for r in rows if r is not None))
+
+
+def _take_scores(scores, index: np.ndarray):
+    from costmodel.model import Scores
+
+    out = {}
+    for name in Scores.__dataclass_fields__:
+        v = getattr(scores, name)
+        out[name] = {k: a[index] for k, a in v.items()} if isinstance(v, dict) else v[index]
+    return Scores(**out)
+
+
+def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: int,
+          batch_size: int, limit: float, me: str, bar: _Progress, polish: float) -> None:
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    shared = kind != "memory"
+    polish_from = trials - int(round(polish * trials))
+    while True:
+        everything = study.get_trials(deepcopy=False)
+        finished = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in everything)
+        running = sum(t.state == TrialState.RUNNING for t in everything)
+        bar.update(min(finished, trials), scored.feasible(limit))
+        if finished >= trials:
+            return
+        k = min(batch_size, trials - finished - running)
+        if k <= 0:  # other workers hold the rest of the budget: wait for them (or their death)
+            time.sleep(POLL_S)
+            st.fail_dead_trials(study, kind, at_startup=False)
+            continue
+        if finished >= polish_from:
+            waiting = {enc.decode(t.system_attrs.get("fixed_params", {})) for t in everything
+                       if t.state == TrialState.WAITING}
+            n_wait = len(waiting)
+            for row in polish_candidates(enc, scored, limit, max(0, k - n_wait), waiting):
+                study.enqueue_trial(enc.params_for(row), user_attrs={"origin": "polish"})
+
+        # 1. ask k trials from the seeded sampler, in order, and decode them
+        batch: list[tuple[Any, int]] = []
+        for _ in range(k):
+            with warnings.catch_warnings():  # "Heartbeat ... supposed to be used with optimize"
+                warnings.simplefilter("ignore", UserWarning)
+                trial = study.ask()
+            if shared:
+                st.record_heartbeat(study, trial)
+                trial.set_user_attr(st.WORKER_ATTR, me)
+
+            def choose(name: str, choices: tuple[Any, ...], trial=trial) -> Any:
+                return trial.suggest_categorical(name, list(choices))
+
+            batch.append((trial, enc.walk(choose)))
+
+        # 2. concurrent workers: drop trials beyond the budget (by trial number)
+        if shared:
+            batch = _within_budget(study, batch, trials)
+
+        # 3. score the configurations not seen before, in one vectorised call
+        new = list(dict.fromkeys(r for _, r in batch if r not in scored.position))
+        scored.add(problem, enc.valid, new)
+
+        # 4. tell in trial order
+        for trial, row in batch:
+            tps, peak = scored.values(row)
+            try:
+                if not np.isfinite(peak):
+                    study.tell(trial, state=TrialState.PRUNED)
+                    continue
+                trial.set_constraint(CONSTRAINT_KEY, (peak - limit) / limit)
+                study.tell(trial, [tps, peak])
+            except UpdateFinishedTrialError:
+                pass  # another process failed it (it thought the owner dead): not counted
+
+
+def polish_candidates(enc: Encoding, scored: _Scored, limit: float, k: int,
+                      exclude: set = frozenset()) -> list[int]:
+    """Up to ``k`` unscored valid configurations next to the current front, nearest first.
+
+    The front is that of the feasible scored configurations (of all scored ones when none is
+    feasible). Its points are taken in order of their own hypervolume contribution, largest
+    first, and their neighbours are dealt round-robin. A neighbour differs in one or two
+    parameters; neighbours are ordered by their step distance (:meth:`Encoding.steps`: one
+    step = the next value of an ordered parameter, e.g. micro-batch 2 -> 4, recompute
+    selective -> full, tp x2 or pp x2), then by the parameters changed, in
+    :data:`PARAM_ORDER`. Deterministic.
+    """
+    from optimizer.pareto import hypervolume_2d, pareto_mask
+
+    if k <= 0 or not scored.rows:
+        return []
+    tps = np.asarray(scored.tokens)
+    mem = np.asarray(scored.peaks)
+    ok = mem <= limit
+    ref = limit
+    if not ok.any():
+        ok = np.isfinite(mem)
+        ref = float(mem[ok].max()) * 1.01 if ok.any() else limit
+    idx = np.flatnonzero(ok)
+    front = idx[pareto_mask(tps[idx], mem[idx])]
+    total = hypervolume_2d(tps[front], mem[front], ref)
+    gain = [total - hypervolume_2d(np.delete(tps[front], j), np.delete(mem[front], j), ref)
+            for j in range(len(front))]
+    order = [scored.rows[int(front[j])] for j in sorted(range(len(front)), key=lambda j: -gain[j])]
+    taken = set(scored.position) | {r for r in exclude if r is not None}
+    lists = []
+    for row in order:
+        changed, steps, first = enc.steps(row)
+        near = np.flatnonzero((changed >= 1) & (changed <= 2))
+        near = near[np.lexsort((near, first[near], changed[near], steps[near]))]
+        lists.append([int(r) for r in near if int(r) not in taken])
+    out: list[int] = []
+    while any(lists) and len(out) < k:
+        for lst in lists:
+            while lst and lst[0] in taken:
+                lst.pop(0)
+            if lst and len(out) < k:
+                r = lst.pop(0)
+                taken.add(r)
+                out.append(r)
+    return out
+
+
+def _within_budget(study, batch: list[tuple[Any, int]], trials: int
+                   ) -> list[tuple[Any, int]]:
+    """Keep the trials whose predecessors leave room in the budget; fail the others.
+
+    Optuna numbers trials in creation order under a lock (RDB: the study row is locked;
+    journal: log order), so every trial numbered below one of ours is visible now. A trial is
+    over budget when the non-FAIL trials numbered below it (not counting ours already found
+    over budget) number ``trials`` or more; this never lets the finished trials exceed
+    ``trials``, whatever the interleaving of workers.
+    """
+    from optuna.trial import TrialState
+
+    mine = {t.number for t, _ in batch}
+    claims = sorted(t.number for t in study.get_trials(deepcopy=False)
+                    if t.state != TrialState.FAIL and t.number not in mine)
+    keep, drop = [], []
+    for trial, row in sorted(batch, key=lambda x: x[0].number):
+        before = int(np.searchsorted(claims, trial.number)) + len(keep)
+        (keep if before < trials else drop).append((trial, row))
+    if drop:
+        st.fail_trials(study, [t for t, _ in drop])
+    return keep
+
+
+__all__ = ["Encoding", "PARAM_ORDER", "make_sampler", "param_name", "run"]

@@ -1,0 +1,306 @@
+"""The Optuna search path: encoding, determinism, caching, constraints, budget, samplers."""
+
+from __future__ import annotations
+
+import numpy as np
+import optuna
+import pytest
+
+from optimizer import optuna_search as osr
+from optimizer import search
+from optimizer.api import optimize, resolve_problem
+from optimizer.pareto import pareto_mask
+from search_spaces.enumerate import enumerate_valid
+from search_spaces.rules import Context, check
+
+
+@pytest.fixture(scope="module")
+def p65():
+    problem = resolve_problem(model="65b", gpus=16)
+    ctx = Context(problem.model, problem.cluster, problem.training)
+    sp = search.problem_space(problem, None)
+    return problem, ctx, sp, enumerate_valid(ctx, sp)
+
+
+@pytest.fixture
+def memstore(monkeypatch):
+    """Every storage string opens one shared in-memory storage (no fsync per journal line:
+    the journal itself is tested in test_storage.py); a path still counts as a journal, so
+    the multi-process code paths (owner tags, budget checks) run."""
+    from optuna.storages import InMemoryStorage
+
+    store = InMemoryStorage()
+    monkeypatch.setattr(osr.st, "open_storage", lambda spec: store)
+    return store
+
+
+def _load(store, name):
+    return optuna.load_study(study_name=name, storage=store)
+
+
+def _run(problem, ctx, sp, valid, **kw):
+    args = {"valid_count": len(valid), "sampler": "tpe", "requested": "tpe", "trials": 64,
+            "seed": 0, "batch_size": 16, "storage": None, "study_name": None,
+            "progress": False, "valid": valid}
+    args.update(kw)
+    return osr.run(problem, ctx, sp, **args)
+
+
+def _rows(outcome):
+    return [c.as_dict() for c in outcome.batch.configs()]
+
+
+# ---------------------------------------------------------------------------------------------
+# encoding
+def test_every_valid_configuration_has_params_and_decodes_back(p65):
+    problem, ctx, sp, valid = p65
+    enc = osr.Encoding.build(valid, sp)
+    for row in range(len(valid)):
+        assert enc.decode(enc.params_for(row)) == row
+    # the layout list is exactly the structurally valid (tp, pp) pairs, as tokens
+    pairs = sorted(set(zip(valid.tp.tolist(), valid.pp.tolist(), strict=True)))
+    assert sorted(enc.tokens["layout"]) == sorted(f"tp{t}_pp{p}" for t, p in pairs)
+    # 65b on 16 GPUs: tp in {1,2,4,8} (heads 64, node of 8), tp*pp | 16, pp | 80 layers:
+    # tp1: pp 1,2,4,8,16; tp2: 1,2,4,8; tp4: 1,2,4; tp8: 1,2 -> 14 layouts
+    assert len(enc.tokens["layout"]) == 14
+
+
+def test_random_walks_only_reach_valid_configurations(p65):
+    problem, ctx, sp, valid = p65
+    enc = osr.Encoding.build(valid, sp)
+    rng = np.random.default_rng(1)
+    seen_choices: dict[str, tuple] = {}
+
+    def choose(name, choices):
+        # one fixed choice list per parameter name (Optuna's rule, ecosystem 1.5)
+        assert seen_choices.setdefault(name, choices) == choices
+        return choices[rng.integers(len(choices))]
+
+    rows = [enc.walk(choose) for _ in range(400)]
+    assert check(ctx, valid.take(np.array(rows))).all()
+    assert "layout" in seen_choices and "micro_batch_size" in seen_choices
+    # a parameter restricted by earlier choices gets its own name, e.g. no interleaving at pp=1
+    assert any(n.startswith("schedule[") for n in seen_choices) or "schedule" in seen_choices
+
+
+def test_param_name_spells_a_restricted_list():
+    assert osr.param_name("zero_stage", (0, 1), (0, 1)) == "zero_stage"
+    assert osr.param_name("schedule", ("1f1b", "interleaved_v2"),
+                          ("1f1b", "interleaved_v2", "interleaved_v4")) == \
+        "schedule[1f1b,interleaved_v2]"
+    assert osr.param_name("sequence_parallel", (True,), (False, True)) == \
+        "sequence_parallel[true]"
+
+
+# ---------------------------------------------------------------------------------------------
+# determinism, samplers
+def test_seeded_tpe_twice_gives_the_same_front():
+    a = optimize("65b", 16, sampler="tpe", trials=200, seed=0)
+    b = optimize("65b", 16, sampler="tpe", trials=200, seed=0)
+    da, db = a.to_dict(), b.to_dict()
+    assert da["pareto_front"] == db["pareto_front"]
+    assert da["stats"]["configs_evaluated"] == db["stats"]["configs_evaluated"]
+    assert len(da["pareto_front"]) >= 1
+
+
+def test_another_seed_explores_differently(p65):
+    problem, ctx, sp, valid = p65
+    a = _run(problem, ctx, sp, valid, seed=1)
+    b = _run(problem, ctx, sp, valid, seed=2)
+    assert _rows(a) != _rows(b)  # the determinism test above could fail
+
+
+@pytest.mark.parametrize("sampler", ["nsga2", "random"])
+def test_other_samplers_run_and_fill_the_budget(p65, sampler, memstore):
+    problem, ctx, sp, valid = p65
+    out = _run(problem, ctx, sp, valid, sampler=sampler, requested=sampler, trials=60,
+               storage="s.journal", study_name="s")
+    study = _load(memstore, "s")
+    assert osr.st.count_finished(study) == 60
+    assert out.search_info["sampler"] == sampler
+    assert out.search_info["sampler_settings"]["class"] == {
+        "nsga2": "NSGAIISampler", "random": "RandomSampler"}[sampler]
+    assert 1 <= out.evaluated <= 60
+    assert check(ctx, out.batch).all()
+
+
+def test_search_info_records_the_run(p65):
+    problem, ctx, sp, valid = p65
+    out = _run(problem, ctx, sp, valid, storage=None)
+    info = out.search_info
+    for key in ("sampler", "requested_sampler", "seed", "trials", "batch_size", "study_name",
+                "storage", "optuna_version", "sampler_settings"):
+        assert key in info
+    assert info["optuna_version"] == optuna.__version__
+    assert info["sampler_settings"]["multivariate"] is True
+    assert info["sampler_settings"]["group"] is True
+    assert info["sampler_settings"]["constant_liar"] is True
+
+
+def test_storage_password_is_redacted_in_search_info(p65, memstore, monkeypatch):
+    problem, ctx, sp, valid = p65
+    monkeypatch.setattr(osr.st, "storage_kind", lambda spec: "memory")
+    out = _run(problem, ctx, sp, valid, storage="postgresql://u:hunter2@db/x", trials=8)
+    assert out.search_info["storage"] == "postgresql://u:***@db/x"
+
+
+# ---------------------------------------------------------------------------------------------
+# caching, constraints, the front
+def test_repeated_configurations_are_not_rescored(p65, monkeypatch, memstore):
+    problem, ctx, sp, valid = p65
+    scored_sizes = []
+    real = osr.score_batch
+
+    def counting(problem, batch, jobs=1):
+        scored_sizes.append(len(batch))
+        return real(problem, batch, jobs)
+
+    monkeypatch.setattr(osr, "score_batch", counting)
+    out = _run(problem, ctx, sp, valid, trials=150, storage="c.journal", study_name="c")
+    study = _load(memstore, "c")
+    complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    enc = osr.Encoding.build(valid, sp)
+    distinct = {enc.decode(t.params) for t in complete}
+    assert len(complete) == 150
+    assert len(distinct) < 150  # TPE repeated itself in this discrete space...
+    assert sum(scored_sizes) == len(distinct) == out.evaluated  # ...and nothing was rescored
+    # the last 40% of the budget is the local search around the front, as enqueued trials
+    polish = [t.number for t in complete if t.user_attrs.get("origin") == "polish"]
+    assert polish and min(polish) >= 150 - round(osr.POLISH_FRACTION["tpe"] * 150)
+    # a repeated trial was still told its configuration's values
+    by_row: dict[int, tuple] = {}
+    for t in complete:
+        by_row.setdefault(enc.decode(t.params), tuple(t.values))
+        assert tuple(t.values) == by_row[enc.decode(t.params)]
+
+
+def test_constraints_are_set_on_every_told_trial(p65, memstore):
+    problem, ctx, sp, valid = p65
+    _run(problem, ctx, sp, valid, trials=40, storage="k.journal", study_name="k")
+    study = _load(memstore, "k")
+    limit = problem.memory_limit_bytes
+    complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert len(complete) == 40
+    for t in complete:
+        tokens, peak = t.values
+        # memory_over_limit = (peak - limit) / limit, feasible iff <= 0
+        assert t.constraints == {"memory_over_limit": pytest.approx((peak - limit) / limit)}
+        assert tokens > 0
+    assert study.metric_names == ["tokens_per_s", "peak_memory_bytes"]
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
+    # 65b on 16 x A100-80GB at a 72 GiB limit: most layouts do not fit
+    assert any(c > 0 for t in complete for c in t.constraints.values())
+
+
+def test_front_points_are_feasible_and_non_dominated():
+    res = optimize("13b", 32, sampler="tpe", trials=100, seed=0, batch_size=20)
+    limit = res.problem.memory_limit_bytes
+    pts = [(c.metrics["tokens_per_s"], c.metrics["peak_memory_bytes"]) for c in res.pareto_front]
+    assert pts
+    for _tps, mem in pts:
+        assert mem <= limit
+    for i, (t1, m1) in enumerate(pts):
+        for j, (t2, m2) in enumerate(pts):
+            if i != j:
+                assert not (t2 >= t1 and m2 <= m1 and (t2 > t1 or m2 < m1))
+
+
+def test_front_is_exact_over_everything_the_search_scored(p65):
+    problem, ctx, sp, valid = p65
+    out = _run(problem, ctx, sp, valid, trials=120, seed=3)
+    s = out.scores
+    feasible = np.flatnonzero(s.peak_memory_bytes <= problem.memory_limit_bytes)
+    assert len(np.unique(np.stack([out.batch.tp, out.batch.pp, out.batch.micro_batch_size,
+                                   out.batch.recompute, out.batch.sequence_parallel,
+                                   out.batch.zero_stage, out.batch.schedule,
+                                   out.batch.virtual_stages]), axis=1).T) == len(out.batch)
+    front = feasible[pareto_mask(s.tokens_per_s[feasible], s.peak_memory_bytes[feasible])]
+    for i in feasible:  # every feasible scored point is weakly dominated by the front
+        assert ((s.tokens_per_s[front] >= s.tokens_per_s[i])
+                & (s.peak_memory_bytes[front] <= s.peak_memory_bytes[i])).any()
+
+
+def test_infeasible_everywhere_still_tells_values(memstore):
+    # 65b on 16 GPUs with a 20 GiB limit: nothing fits, every trial infeasible but told
+    problem = resolve_problem(model="65b", gpus=16, memory_limit_gib=20)
+    ctx = Context(problem.model, problem.cluster, problem.training)
+    sp = search.problem_space(problem, None)
+    valid = enumerate_valid(ctx, sp)
+    out = _run(problem, ctx, sp, valid, trials=32, storage="i.journal", study_name="i")
+    assert (out.scores.peak_memory_bytes > problem.memory_limit_bytes).all()
+    study = _load(memstore, "i")
+    assert study.best_trials == []  # Optuna's answer (#6242): the optimizer reports exit 3
+    assert osr.st.count_finished(study) == 32
+
+
+# ---------------------------------------------------------------------------------------------
+# budget
+def test_budget_is_exact_with_a_partial_last_batch(p65, memstore):
+    problem, ctx, sp, valid = p65
+    _run(problem, ctx, sp, valid, trials=50, batch_size=32, storage="b.journal",
+         study_name="b")
+    study = _load(memstore, "b")
+    states = [t.state for t in study.get_trials()]
+    assert states.count(optuna.trial.TrialState.COMPLETE) == 50
+    assert len(states) == 50
+
+
+def test_trials_beyond_the_budget_are_failed_not_scored(p65, memstore):
+    # another worker already holds 8 of a 10-trial budget; this one asked 4: keep 2, fail 2
+    problem, ctx, sp, valid = p65
+    store = memstore
+    study = osr.st.open_study(store, "w", optuna.samplers.RandomSampler(seed=0), {})
+    for _ in range(8):
+        t = study.ask()
+        t.suggest_categorical("x", [1, 2])
+        study.tell(t, [1.0, 1.0])
+    mine = [(study.ask(), row) for row in range(4)]
+    kept = osr._within_budget(study, mine, trials=10)
+    assert [row for _, row in kept] == [0, 1]
+    states = {t.number: t.state for t in study.get_trials()}
+    assert states[10] == states[11] == optuna.trial.TrialState.FAIL
+    assert states[8] == states[9] == optuna.trial.TrialState.RUNNING
+
+
+def test_polish_candidates_are_unscored_neighbours_of_the_front(p65):
+    problem, ctx, sp, valid = p65
+    enc = osr.Encoding.build(valid, sp)
+    scored = osr._Scored.empty()
+    scored.add(problem, valid, list(range(0, len(valid), 7)))
+    cands = osr.polish_candidates(enc, scored, problem.memory_limit_bytes, 12)
+    assert len(cands) == 12 and len(set(cands)) == 12
+    assert not set(cands) & set(scored.position)
+    codes = np.stack([enc.codes[p] for p in osr.PARAM_ORDER])
+    for r in cands:  # each differs from some scored point in one or two parameters
+        d = (codes[:, scored.rows] != codes[:, [r]]).sum(axis=0)
+        assert d.min() in (1, 2)
+
+
+def test_unknown_sampler_is_an_input_error(p65):
+    problem, ctx, sp, valid = p65
+    from costmodel.errors import InputError
+
+    with pytest.raises(InputError) as e:
+        _run(problem, ctx, sp, valid, sampler="cmaes")
+    assert e.value.field == "sampler"
+
+
+def test_progress_changes_nothing_but_stderr(p65, capsys):
+    problem, ctx, sp, valid = p65
+    quiet = _run(problem, ctx, sp, valid, trials=40, progress=False)
+    assert capsys.readouterr().err == ""  # no progress: nothing on stderr
+    loud = _run(problem, ctx, sp, valid, trials=40, progress=True)
+    assert capsys.readouterr().out == ""  # progress never goes to stdout
+    assert _rows(quiet) == _rows(loud)
+
+
+def test_cli_json_document_of_an_optuna_search():
+    from conftest import run_cli_json
+
+    doc = run_cli_json(["--model", "7b", "--gpus", "8", "--sampler", "tpe", "--trials", "40",
+                        "--seed", "3", "--batch-size", "8"], "front")
+    search_doc = doc["inputs"]["search"]
+    assert search_doc["sampler"] == search_doc["requested_sampler"] == "tpe"
+    assert (search_doc["seed"], search_doc["trials"], search_doc["batch_size"]) == (3, 40, 8)
+    assert search_doc["storage"] is None and search_doc["finished_trials"] == 40
+    assert doc["stats"]["configs_evaluated"] <= 40
