@@ -71,6 +71,7 @@ from typing import Any
 
 import numpy as np
 
+from costmodel.calibration import arch_of  # NCCL's buckets are the same (nccl.md 3)
 from costmodel.errors import InputError, did_you_mean
 from costmodel.specs import INTRA_FABRICS, ClusterSpec
 
@@ -199,17 +200,6 @@ def _collective(collective: Any) -> str:
         raise InputError("collective", f"unknown collective {collective!r}",
                          did_you_mean(str(collective), COLLECTIVES))
     return _COLLECTIVE_ALIASES[key]
-
-
-def arch_of(compute_capability: int) -> str:
-    """NCCL's architecture bucket from the (minimum) compute capability (nccl.md §3)."""
-    if compute_capability >= 100:
-        return "blackwell"
-    if compute_capability >= 90:
-        return "hopper"
-    if compute_capability >= 80:
-        return "ampere"
-    return "volta"
 
 
 def nvlink_per_link_GBps(compute_capability: int) -> float:

@@ -14,6 +14,7 @@ model) on the communication group's real geometry from :mod:`costmodel.topology`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -77,6 +78,21 @@ class Scores:
 
     def __len__(self) -> int:
         return int(self.step_time_s.shape[0])
+
+    @staticmethod
+    def concat(parts: Sequence[Scores]) -> Scores:
+        """Scores of consecutive sub-batches, joined in order."""
+        if len(parts) == 1:
+            return parts[0]
+        cat = {}
+        for name in Scores.__dataclass_fields__:
+            first = getattr(parts[0], name)
+            if isinstance(first, dict):
+                cat[name] = {k: np.concatenate([getattr(p, name)[k] for p in parts])
+                             for k in first}
+            else:
+                cat[name] = np.concatenate([getattr(p, name) for p in parts])
+        return Scores(**cat)
 
     def row(self, i: int) -> dict:
         """Plain-Python metrics of configuration ``i`` (the JSON ``metrics`` object)."""

@@ -324,16 +324,7 @@ class _Scored:
 def _concat_scores(parts: Sequence[Any]):
     from costmodel.model import Scores
 
-    if len(parts) == 1:
-        return parts[0]
-    cat = {}
-    for name in Scores.__dataclass_fields__:
-        first = getattr(parts[0], name)
-        if isinstance(first, dict):
-            cat[name] = {k: np.concatenate([getattr(p, name)[k] for p in parts]) for k in first}
-        else:
-            cat[name] = np.concatenate([getattr(p, name) for p in parts])
-    return Scores(**cat)
+    return Scores.concat(parts)
 
 
 # ---------------------------------------------------------------------------------------------

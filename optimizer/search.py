@@ -65,16 +65,7 @@ def score_batch(problem, batch: ConfigBatch, jobs: int = 1):
         parts = Parallel(n_jobs=jobs, return_as="list")(
             delayed(score)(problem.model, problem.cluster, problem.training,
                            batch.take(slice(i, i + CHUNK))) for i in range(0, n, CHUNK))
-    if len(parts) == 1:
-        return parts[0]
-    cat = {}
-    for name in Scores.__dataclass_fields__:
-        first = getattr(parts[0], name)
-        if isinstance(first, dict):
-            cat[name] = {k: np.concatenate([getattr(p, name)[k] for p in parts]) for k in first}
-        else:
-            cat[name] = np.concatenate([getattr(p, name) for p in parts])
-    return Scores(**cat)
+    return Scores.concat(parts)
 
 
 def run(problem, *, space=None, sampler: str = "auto", trials: int = 300, seed: int = 0,
