@@ -419,10 +419,18 @@ def nccl_system(cluster: ClusterSpec, *, cpu_vendor: str = "intel", collnet_enab
     """
     if not isinstance(cluster, ClusterSpec):
         raise InputError("cluster", f"must be a ClusterSpec, got {type(cluster).__name__}")
+    from costmodel.topology import node_bandwidths
+
     gpu = cluster.gpu
     cc = gpu.compute_capability
+    # the cluster graph's per-GPU links: equal to the catalog's for the standard nodes, and
+    # what a custom cluster file or graph says otherwise (NCCL's constants scale with them)
+    nb = node_bandwidths(cluster)
     fabric = cluster.intra_node.fabric
     nominal = gpu.nvlink_bandwidth_bytes_per_s
+    intra_scale = (nb.gpu_to_switch_bytes_per_s / nominal
+                   if nominal > 0 and fabric != "pcie" and nb.gpu_to_switch_bytes_per_s > 0
+                   else 1.0)
     per_link_nominal = (NVLINK5_NOMINAL_PER_LINK_BYTES_PER_S if cc >= 100
                         else NVLINK_NOMINAL_PER_LINK_BYTES_PER_S)
     links = gpu.nvlink_links
@@ -430,7 +438,7 @@ def nccl_system(cluster: ClusterSpec, *, cpu_vendor: str = "intel", collnet_enab
         links = max(1, round(nominal / per_link_nominal))
     if nominal > 0 and fabric != "pcie":
         scale = (nominal / links) / per_link_nominal
-        nvlink = links * nvlink_per_link_GBps(cc) * _BYTES_PER_GB * scale
+        nvlink = links * nvlink_per_link_GBps(cc) * _BYTES_PER_GB * scale * intra_scale
     else:  # a PCIe fabric, or a GPU without NVLink: the node is PCIe-only
         nvlink, links, fabric = 0.0, 0, "pcie"
     inter = cluster.inter_node
@@ -446,7 +454,8 @@ def nccl_system(cluster: ClusterSpec, *, cpu_vendor: str = "intel", collnet_enab
         name=cluster.name, compute_capability=cc, gpus_per_node=cluster.gpus_per_node,
         intra_fabric=fabric, nvlink_bytes_per_s=nvlink, nvlink_links=links,
         pcie_bytes_per_s=NCCL_PCIE_FRACTION * gpu.pcie_bandwidth_bytes_per_s,
-        nic_bytes_per_s=inter.nic_bandwidth_bytes_per_s / inter.oversubscription,
+        nic_bytes_per_s=(nb.nic_bytes_per_s_per_gpu * cluster.gpus_per_node / nics if nics
+                         else inter.nic_bandwidth_bytes_per_s / inter.oversubscription),
         nics_per_node=nics, cpu_vendor=cpu_vendor, collnet_enabled=collnet_enabled,
         nvls_enabled=nvls_enabled, ll128_enabled=ll128_enabled, calibration=cal)
 
