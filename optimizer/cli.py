@@ -114,6 +114,19 @@ def _emit(text: str) -> None:
     sys.stdout.flush()
 
 
+def emit_document(doc: dict) -> None:
+    """Print one contract document (contract.md section 4) as JSON on stdout.
+
+    With PARAPLAN_CHECK_SCHEMA=1 (the test suite sets it) the document is first validated
+    against the shipped JSON Schema, so every JSON output of every test is checked.
+    """
+    if os.environ.get("PARAPLAN_CHECK_SCHEMA") == "1":
+        from optimizer.schemas import validate_document
+
+        validate_document(doc)
+    _emit(json.dumps(doc, indent=2))
+
+
 def cmd_main(argv: Sequence[str]) -> int:
     args = _main_parser().parse_args(argv)
     if args.version:
@@ -156,7 +169,7 @@ def output_result(doc: dict, args: argparse.Namespace) -> int:
         _emit(emit_for_doc(doc, args.emit))
         return 0
     if args.json:
-        _emit(json.dumps(doc, indent=2))
+        emit_document(doc)
     else:
         from optimizer.report import render_front
 
@@ -177,7 +190,7 @@ def cmd_evaluate(argv: Sequence[str]) -> int:
                    memory_fraction=args.memory_fraction)
     doc = res.to_dict()
     if args.json:
-        _emit(json.dumps(doc, indent=2))
+        emit_document(doc)
     else:
         from optimizer.report import render_evaluation
 
@@ -235,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InfeasibleError as e:
         print(f"error: {e}", file=sys.stderr)
         if "--json" in argv and e.payload is not None:
-            _emit(json.dumps(e.payload, indent=2))
+            emit_document(e.payload)
         return 3
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

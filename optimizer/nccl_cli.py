@@ -30,7 +30,6 @@ NCCL cannot run is an error as in NCCL >= 2.24, with NCCL's reason.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
@@ -553,7 +552,9 @@ def _run(argv: Sequence[str]) -> int:
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     if args.json:
-        _emit(json.dumps(nccl_document(pred, cluster, extra=extra), indent=2))
+        from optimizer.cli import emit_document
+
+        emit_document(nccl_document(pred, cluster, extra=extra))
     elif not args.sweep or args.size is not None:
         _emit(render_prediction(pred, cluster))
     return 0

@@ -1,6 +1,7 @@
 """Shared test helpers.
 
-JSON documents: every ``--json`` output a test produces should go through
+JSON documents: the CLI validates every contract document it prints while the tests run
+(PARAPLAN_CHECK_SCHEMA=1, set below); API results are checked with
 :func:`assert_valid` (``from conftest import assert_valid``, or the ``assert_valid_doc``
 fixture), which checks it against the schema shipped in the package
 (``optimizer/schema.json``) and the invariants JSON Schema cannot express.
@@ -12,10 +13,16 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
+
+# Every contract document the CLI prints during the tests (in-process or in a subprocess,
+# which inherits the environment) is validated against the shipped schema before it is
+# printed (optimizer.cli.emit_document); a mismatch makes that command fail.
+os.environ["PARAPLAN_CHECK_SCHEMA"] = "1"
 
 
 def assert_valid(doc: Any, kind: str | None = None) -> str:
