@@ -18,6 +18,7 @@ first use; no numpy/networkx) so the CLI starts fast.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -80,7 +81,7 @@ def _yaml_loader() -> Any:
         class _Loader(base):  # type: ignore[misc, valid-type]
             def construct_mapping(self, node: Any, deep: bool = False) -> Any:
                 seen: set[str] = set()
-                for key_node, _ in node.value:
+                for key_node, _ in (node.value if isinstance(node, yaml.MappingNode) else ()):
                     if isinstance(key_node, yaml.ScalarNode) and key_node.tag != \
                             "tag:yaml.org,2002:merge":
                         if key_node.value in seen:
@@ -112,13 +113,19 @@ def parse_document(text: str, *, field: str, source: str = "<input>",
     """Parse YAML (a superset of the JSON we accept) or, with ``json_only``, strict JSON."""
     if json_only:
         try:
-            return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+            return json.loads(text, object_pairs_hook=_no_duplicate_keys,
+                              parse_constant=_reject_json_constant)
         except json.JSONDecodeError as e:
             raise InputError(field, f"{source}: invalid JSON at line {e.lineno} column "
                                     f"{e.colno}: {e.msg}") from None
         except _DuplicateKey as e:
             raise InputError(field, f"{source}: invalid JSON: duplicate key {e.args[0]!r}") \
                 from None
+        except _NotJsonNumber as e:
+            raise InputError(field, f"{source}: invalid JSON: {e.args[0]} is not a JSON "
+                                    "number") from None
+        except RecursionError:
+            raise InputError(field, f"{source}: invalid JSON: nested too deeply") from None
     import yaml
 
     try:
@@ -130,6 +137,20 @@ def parse_document(text: str, *, field: str, source: str = "<input>",
         raise InputError(field, f"{source}: invalid YAML{where}: {what}") from None
     except yaml.YAMLError as e:
         raise InputError(field, f"{source}: invalid YAML: {e}") from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
+            RecursionError) as e:
+        # PyYAML's safe constructors raise plain exceptions for explicitly tagged scalars
+        # they cannot convert (`!!timestamp x`, `!!float name`, `!!int ''`, `!!bool x`)
+        raise InputError(field, f"{source}: invalid YAML: cannot read a tagged value "
+                                f"({type(e).__name__}: {e})") from None
+
+
+class _NotJsonNumber(Exception):
+    pass
+
+
+def _reject_json_constant(name: str) -> Any:
+    raise _NotJsonNumber(name)  # NaN, Infinity, -Infinity: Python's json accepts them
 
 
 def read_document(path: str | Path, *, field: str) -> Any:
@@ -198,6 +219,8 @@ def _num(field: str, value: Any, *, allow_zero: bool = False, integer: bool = Fa
             except ValueError:
                 pass
         raise InputError(field, f"must be a number, got {_short(value)}", hint)
+    if not math.isfinite(value):
+        raise InputError(field, f"must be a finite number, got {value!r}")
     if integer and int(value) != value:
         raise InputError(field, f"must be an integer, got {value!r}")
     if minimum is not None and value < minimum:

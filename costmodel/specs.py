@@ -7,6 +7,7 @@ section 2) are mapped to these records by :mod:`costmodel.loaders`; catalogs liv
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -26,7 +27,8 @@ FRAMEWORKS: tuple[str, ...] = ("megatron", "deepspeed", "fsdp")
 
 
 def _int(section: str, name: str, value: Any, *, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or (isinstance(value, float) and not math.isfinite(value)) or int(value) != value:
         raise InputError(f"{section}.{name}", f"must be an integer, got {value!r}")
     if value < minimum:
         raise InputError(f"{section}.{name}", f"must be >= {minimum}, got {value!r}")
@@ -34,8 +36,9 @@ def _int(section: str, name: str, value: Any, *, minimum: int = 1) -> int:
 
 
 def _pos(section: str, name: str, value: Any, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        raise InputError(f"{section}.{name}", f"must be a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value):
+        raise InputError(f"{section}.{name}", f"must be a finite number, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
         raise InputError(f"{section}.{name}", f"must be {'>= 0' if allow_zero else '> 0'}, "
                                               f"got {value!r}")

@@ -340,6 +340,18 @@ def _ident(value: Any) -> Any:
     return value
 
 
+def _check_attr_names(field: str, raw: Mapping[Any, Any]) -> None:
+    bad = next((k for k in raw if not isinstance(k, str)), None)
+    if bad is not None:
+        raise InputError(field, f"attribute names must be strings, got {bad!r}")
+
+
+def _valid_id(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return all(_valid_id(v) for v in value)
+    return isinstance(value, str | int) and not isinstance(value, bool)
+
+
 def _number(field: str, value: Any, *, allow_zero: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value \
             or math.isinf(value):
@@ -377,7 +389,11 @@ def _graph_from_data(data: Mapping[str, Any]) -> nx.Graph:
     for i, raw in enumerate(nodes):
         if not isinstance(raw, Mapping) or "id" not in raw:
             raise InputError(f"{f}.nodes[{i}]", "must be an object with an 'id'")
+        _check_attr_names(f"{f}.nodes[{i}]", raw)
         nid = _ident(raw["id"])
+        if not _valid_id(nid):
+            raise InputError(f"{f}.nodes[{i}].id", f"must be a string, an integer or an array "
+                                                   f"of them, got {raw['id']!r}")
         where = f"{f}.nodes[{nid!r}]"
         if nid in graph:
             raise InputError(where, "duplicate node id")
@@ -410,6 +426,7 @@ def _graph_from_data(data: Mapping[str, Any]) -> nx.Graph:
     for i, raw in enumerate(links):
         if not isinstance(raw, Mapping) or "source" not in raw or "target" not in raw:
             raise InputError(f"{f}.{key}[{i}]", "must be an object with 'source' and 'target'")
+        _check_attr_names(f"{f}.{key}[{i}]", raw)
         u, v = _ident(raw["source"]), _ident(raw["target"])
         where = f"{f}.{key}[{i}] ({u!r} - {v!r})"
         for end in (u, v):

@@ -195,7 +195,7 @@ def resolve_problem(*, model: Any, gpus: int | None = None, cluster: Any = None,
     hbm = cluster_spec.gpu.memory_bytes
     if memory_limit_gib is not None:
         if isinstance(memory_limit_gib, bool) or not isinstance(memory_limit_gib, int | float) \
-                or not memory_limit_gib > 0:
+                or not 0 < memory_limit_gib < float("inf"):
             raise InputError("memory_limit_gib", f"must be a positive number, got "
                              f"{memory_limit_gib!r}")
         limit = float(memory_limit_gib) * GIB

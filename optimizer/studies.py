@@ -240,7 +240,7 @@ def _constraints(raw: dict[str, Any]) -> tuple[float | None, float]:
                                               "not both")
     limit = raw.get("memory_limit_gib")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int | float)
-                              or not limit > 0):
+                              or not 0 < limit < float("inf")):
         raise InputError("study.constraints.memory_limit_gib",
                          f"must be a positive number of GiB per GPU, got {_short(limit)}")
     fraction = raw.get("memory_fraction", 0.9)

@@ -193,7 +193,7 @@ def count_product(space: SearchSpace) -> int:
     return n
 
 
-def restrict(space: SearchSpace, **overrides: Any) -> SearchSpace:
+def restrict(space: SearchSpace, /, **overrides: Any) -> SearchSpace:
     """``space`` with the given dimensions replaced (a scalar means a single value).
 
     Used by CLI flags (``--tp 8``) and study files. Unknown dimensions and values outside the

@@ -1,0 +1,234 @@
+"""CI sample of the parser fuzzing (issue 8): a few hundred inputs per parser.
+
+The strategies and targets live in ``benchmarks/fuzz_parsers.py`` (10,000 inputs per parser
+there). Every input must either parse or raise :class:`costmodel.errors.InputError`; any
+other exception fails the test and hypothesis shrinks it to a minimal input. The regression
+tests below pin the bugs the full run found, one input each.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from costmodel.errors import InputError
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES_PER_PARSER = 300
+
+
+def _load_fuzz_module():
+    spec = importlib.util.spec_from_file_location("fuzz_parsers",
+                                                  ROOT / "benchmarks" / "fuzz_parsers.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fuzz_parsers"] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+FZ = _load_fuzz_module()
+TARGETS = FZ.targets()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    return FZ.prepare_workdir(tmp_path_factory.mktemp("fuzz"))
+
+
+def test_all_parsers_are_fuzzed():
+    expected = {"model_file", "model_mapping", "cluster_file", "cluster_mapping", "run_file",
+                "run_mapping", "study_file"}
+    assert expected <= set(TARGETS)
+    if importlib.util.find_spec("costmodel.nccl_tests") is not None:
+        assert "nccl_tests" in TARGETS, "costmodel/nccl_tests.py exists but is not fuzzed"
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_parser_never_raises_anything_but_input_error(name, workdir):
+    target = TARGETS[name]
+
+    @settings(max_examples=EXAMPLES_PER_PARSER, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                     HealthCheck.filter_too_much,
+                                     HealthCheck.large_base_example])
+    @given(target.strategy)
+    def run(example):
+        try:
+            target.call(example, workdir)
+        except InputError:
+            pass
+
+    run()
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_fuzz_inputs_reach_both_outcomes(name, workdir):
+    # The strategies must produce valid documents too (mutations of valid fixtures that still
+    # parse), or the fuzzing only tests the first line of validation.
+    target = FZ.Target(name, TARGETS[name].strategy, TARGETS[name].call)
+    FZ.fuzz(target, 150, workdir, seed=0)
+    assert target.counts["input_error"] > 0, target.counts
+    assert target.counts["ok"] > 0, target.counts
+
+
+def test_classify_records_a_bug(workdir):
+    # the benchmark's bookkeeping: anything but InputError is recorded as a bug
+    def boom(_ex, _wd):
+        raise KeyError("x")
+
+    t = FZ.Target("boom", None, boom)
+    assert FZ.classify(t, {"a": 1}, workdir) == "bug"
+    assert t.counts["bug"] == 1 and list(t.bugs) == [("KeyError", next(iter(t.bugs))[1])]
+
+
+# ==== regressions found by the full fuzz run ===============================================
+_MODEL = {"name": "x", "num_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+          "ffn_hidden_size": 256, "vocab_size": 100}
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_non_finite_integer_in_model_is_input_error(value):
+    # YAML `num_layers: .inf` / `1e400` / `.nan`: int(inf) raised OverflowError and
+    # int(nan) ValueError inside costmodel.specs._int
+    from costmodel.loaders import load_model
+
+    with pytest.raises(InputError) as e:
+        load_model(dict(_MODEL, num_layers=value))
+    assert e.value.field == "model.num_layers"
+
+
+@pytest.mark.parametrize("doc", [{"gpu": "a100", "num_nodes": math.inf},
+                                 {"gpu": "a100", "gpus_per_node": math.inf},
+                                 {"gpu": "a100", "inter_node": {"nics_per_node": math.inf}}])
+def test_non_finite_integer_in_cluster_is_input_error(doc):
+    # costmodel.loaders._num(integer=True) called int(inf)
+    from costmodel.loaders import load_cluster
+
+    with pytest.raises(InputError):
+        load_cluster(doc)
+
+
+@pytest.mark.parametrize("doc", [
+    {"gpu": {"base": "a100", "memory_GB": math.inf}},
+    {"gpu": "a100", "intra_node": {"bandwidth_GBps": math.inf}},
+    {"gpu": "a100", "inter_node": {"nic_bandwidth_Gbps": math.inf}},
+    {"gpu": "a100", "inter_node": {"latency_us": math.inf}},
+])
+def test_infinite_quantities_in_cluster_are_rejected(doc):
+    # `memory_GB: .inf` gave an infinite memory limit and JSON output with the invalid token
+    # `Infinity`; `bandwidth_GBps: .inf` failed later naming an internal field
+    # (nccl_system.nic_bytes_per_s). A finite number is required, named at the input field.
+    from costmodel.loaders import load_cluster
+
+    with pytest.raises(InputError) as e:
+        load_cluster(doc)
+    assert e.value.field.startswith("cluster."), e.value.field
+
+
+def test_deeply_nested_json_is_input_error(tmp_path):
+    # json.loads raised RecursionError on ~100,000 nested arrays (the YAML loader already
+    # reports "exceeded maximum nesting depth")
+    from costmodel.loaders import load_model
+
+    f = tmp_path / "m.json"
+    f.write_text("[" * 100_000)
+    with pytest.raises(InputError) as e:
+        load_model(f)
+    assert e.value.field == "model"
+
+
+@pytest.mark.parametrize("node_id", [None, {"a": 1}, [{"a": 1}]])
+def test_bad_graph_node_id_is_input_error(node_id):
+    # networkx raised ValueError("None cannot be a node") / TypeError (unhashable dict) from
+    # costmodel.topology._graph_from_data
+    import json
+
+    from costmodel.loaders import load_cluster
+
+    doc = json.loads((ROOT / "tests" / "data" / "cluster_graph.json").read_text())
+    doc["nodes"][0]["id"] = node_id
+    with pytest.raises(InputError) as e:
+        load_cluster(doc)
+    assert e.value.field.startswith("cluster.graph.nodes"), e.value.field
+
+
+@pytest.mark.parametrize("where", ["nodes", "edges"])
+def test_non_string_graph_attribute_names_are_input_errors(where):
+    # a YAML graph may carry integer keys; graph.add_node(nid, **attrs) raised
+    # TypeError("keywords must be strings") in costmodel.topology._graph_from_data
+    import json
+
+    from costmodel.loaders import load_cluster
+
+    doc = json.loads((ROOT / "tests" / "data" / "cluster_graph.json").read_text())
+    items = doc[where] if where in doc else doc["links"]
+    items[0][1] = "x"
+    with pytest.raises(InputError) as e:
+        load_cluster(doc)
+    assert e.value.field.startswith("cluster.graph."), e.value.field
+
+
+def test_nccl_tests_binary_file_is_input_error(tmp_path):
+    # load_nccl_tests caught OSError only; Path.read_text raised UnicodeDecodeError
+    nccl_tests = pytest.importorskip("costmodel.nccl_tests")
+    f = tmp_path / "all_reduce_perf.txt"
+    f.write_bytes((ROOT / "tests" / "data" / "garbage.bin").read_bytes())
+    with pytest.raises(InputError) as e:
+        nccl_tests.load_nccl_tests(f)
+    assert e.value.field == "nccl_tests"
+
+
+def test_nccl_tests_deeply_nested_json_is_input_error():
+    nccl_tests = pytest.importorskip("costmodel.nccl_tests")
+    with pytest.raises(InputError):
+        nccl_tests.parse_nccl_tests("[" * 100_000)
+
+
+def test_non_finite_json_constants_are_rejected(tmp_path):
+    # json.loads accepts the non-standard NaN / Infinity tokens; a strict JSON document
+    # never contains them, and `"seq_length": NaN` then crashed in specs._int
+    from costmodel.loaders import load_run
+
+    f = tmp_path / "run.json"
+    f.write_text('{"model": "7b", "cluster": {"gpu": "a100", "num_nodes": 1}, '
+                 '"training": {"seq_length": NaN}, "parallel": {"tp": 8}}')
+    with pytest.raises(InputError):
+        load_run(f)
+
+
+@pytest.mark.parametrize("text", [
+    "num_layers: !!timestamp x\n",  # PyYAML: AttributeError ('NoneType' ... 'groupdict')
+    "!!float name\n",  # ValueError: could not convert string to float
+    "!!float \n",  # IndexError: string index out of range
+    "num_layers: !!int 0x\n",  # ValueError: invalid literal for int() with base 16
+    "num_layers: !!int ''\n",  # IndexError
+    "!!bool x\n",  # KeyError: 'x'
+    "num_layers: !!set 4096\n",  # paraplan's duplicate-key check iterated a scalar node
+])
+def test_badly_tagged_yaml_scalars_are_input_errors(tmp_path, text):
+    # PyYAML's safe constructors raise plain Python exceptions (not YAMLError) for explicitly
+    # tagged scalars they cannot convert; the loader must report them as invalid YAML
+    from costmodel.loaders import load_model, parse_document
+
+    with pytest.raises(InputError):
+        parse_document(text, field="model")
+    f = tmp_path / "m.yaml"
+    f.write_text(text)
+    with pytest.raises(InputError) as e:
+        load_model(f)
+    assert e.value.field == "model"
+
+
+def test_space_section_named_space_is_input_error(tmp_path):
+    # `space: {space: ...}` in a study file: restrict(space, **overrides) received the
+    # override "space" twice -> TypeError (search_spaces.space.restrict)
+    from search_spaces.space import SearchSpace, space_from_mapping
+
+    with pytest.raises(InputError) as e:
+        space_from_mapping({"space": [1]}, SearchSpace())
+    assert e.value.field == "space.space"
