@@ -9,7 +9,6 @@ figure is rendered with the Agg canvas directly, so the process-wide backend is 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -204,25 +203,10 @@ def plot_front(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     if not folder.is_dir():
         raise InputError("--plot", f"folder {str(folder)!r} does not exist",
                          "create it or choose another path")
-    tmp: str | None = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format=fmt)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual file mode
-        os.replace(tmp, target)
-    except OSError as e:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        raise InputError("--plot", f"cannot write {str(target)!r}: {e.strerror or e}") from None
-    except BaseException:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    import io
 
+    from optimizer.fileio import atomic_write_bytes
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt)
+    return atomic_write_bytes(target, buf.getvalue(), field="--plot")
