@@ -304,3 +304,19 @@ def test_cli_json_document_of_an_optuna_search():
     assert (search_doc["seed"], search_doc["trials"], search_doc["batch_size"]) == (3, 40, 8)
     assert search_doc["storage"] is None and search_doc["finished_trials"] == 40
     assert doc["stats"]["configs_evaluated"] <= 40
+
+
+def test_seeded_tpe_from_the_command_line_twice_gives_identical_fronts():
+    # two separate processes, fresh in-memory storage each: the pareto_front JSON is identical
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "optimizer.cli", "--model", "13b", "--gpus", "32",
+           "--sampler", "tpe", "--trials", "60", "--seed", "7", "--json"]
+    fronts = []
+    for _ in range(2):
+        res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        fronts.append(json.loads(res.stdout)["pareto_front"])
+    assert fronts[0] == fronts[1]
+    assert len(fronts[0]) >= 1
