@@ -398,9 +398,11 @@ def _model_from_hf(data: dict[str, Any], *, default_name: str, field: str) -> Mo
     name = data.get("_name_or_path") or data.get("name_or_path") or default_name
     source = f"Hugging Face config.json (model_type {model_type or 'unknown'!r})"
     try:
+        encoder = model_type in ("bert", "roberta", "xlm-roberta", "electra", "deberta",
+                                 "deberta-v2")
         return ModelSpec(name=str(name), gated_mlp=gated, tied_embeddings=tied,
                          learned_position_embeddings=fam.learned_pos, linear_bias=bias,
-                         normalization=norm, source=source, **values)
+                         normalization=norm, causal=not encoder, source=source, **values)
     except InputError as e:
         spec_key = e.field.split(".", 1)[1] if "." in e.field else ""
         extra = {"tied_embeddings": "tie_word_embeddings"}

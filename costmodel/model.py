@@ -241,7 +241,9 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     if training.flash_attention:
         # causal fused attention does half of the square (Dao et al. 2022)
         attn_peak = peaks[np.where(fp8, PRECISIONS.index("bf16"), prec)]
-        t_attn_f = 0.5 * lf.attention_flops / (eff.attention * attn_peak) + eff.kernel_overhead_s
+        square = 0.5 if model.causal else 1.0  # causal kernels skip the masked half
+        t_attn_f = (square * lf.attention_flops / (eff.attention * attn_peak)
+                    + eff.kernel_overhead_s)
         t_attn_b = 2.5 * (t_attn_f - eff.kernel_overhead_s) + eff.kernel_overhead_s
         t_attn_recompute = np.zeros_like(t_attn_f)
     else:
@@ -286,7 +288,9 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     head_gemm = gemm(tokens, V / t, h)
     loss = memop(4.0 * tokens * V / t * 4.0, 4.0)  # fp32 logits: softmax fwd/bwd passes
     head_f = head_gemm + loss + np.where(sp, ag, 0.0)
-    head_b = 2.0 * head_gemm + np.where(sp, rs, 0.0)
+    # the output layer's input is copied into the TP region: its backward all-reduces the
+    # input gradient (reduce-scatter with SP)
+    head_b = 2.0 * head_gemm + np.where(batch.tp > 1, np.where(sp, rs, ar), 0.0)
     emb_t = emb_f + emb_b
     head_t = head_f + head_b
 
@@ -390,8 +394,12 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     emb_params = V * h
     head_params = np.where(model.tied_embeddings & (batch.pp == 1), 0.0, V * h)
     psi_body = Ls * layer_params / t
-    psi_first = psi_body + emb_params / t + np.where(single, head_params / t, 0.0)
-    psi_last = psi_body + head_params / t
+    # learned positions (replicated over TP) on the first stage; the final norm on the last
+    pos_params = float(model.position_params(training.seq_length))
+    norm_params = float(model.hidden_size * (2 if model.normalization == "layernorm" else 1))
+    psi_first = (psi_body + emb_params / t + pos_params
+                 + np.where(single, head_params / t + norm_params, 0.0))
+    psi_last = psi_body + head_params / t + norm_params
     psi_max = np.maximum(psi_first, np.where(single, 0.0, psi_last))
     pb, gb, ob = PARAM_BYTES[prec], GRAD_BYTES[prec], OPTIMIZER_BYTES[prec]
     dp_n, dp_nodes = batch.dp, geo["dp_nodes"]
@@ -399,7 +407,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     t_ar = comm.time_s("allreduce", grad_bytes, dp_n, dp_nodes)
     t_rs = comm.time_s("reducescatter", grad_bytes, dp_n, dp_nodes)
     t_ag = comm.time_s("allgather", psi_max * pb, dp_n, dp_nodes)
-    bucket = np.minimum(grad_bytes, DDP_BUCKET_ELEMENTS * gb)
+    bucket = np.minimum(grad_bytes, np.maximum(DDP_BUCKET_ELEMENTS, 1e6 * d) * gb)
     t_bucket = np.where(z == 0, comm.time_s("allreduce", bucket, dp_n, dp_nodes),
                         comm.time_s("reducescatter", bucket, dp_n, dp_nodes))
     window_b = Ls * layer_b  # backward of the last micro-batch on the first stage
@@ -420,11 +428,21 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     z3_exposed = (m * (np.maximum(0.0, z3_mb - z3_window)
                        + (1.0 - eff.overlap_hidden) * np.minimum(z3_mb, z3_window))
                   + t_ag / np.maximum(Ls, 1))
+    # ZeRO-2: gradients are sharded, so they are reduce-scattered every micro-batch (DeepSpeed
+    # stage 2, Megatron-FSDP optim_grads), overlapped with that micro-batch's backward
+    z2_window = Ls * layer_b
+    z2_exposed = (m * (np.maximum(0.0, t_rs - z2_window)
+                       + (1.0 - eff.overlap_hidden) * np.minimum(t_rs, z2_window))
+                  + exposed_gather)
     dp_exposed = np.where(z >= 3, z3_exposed,
-                          np.where(z >= 1, exposed_reduce + exposed_gather, exposed_reduce))
+                          np.where(z == 2, z2_exposed,
+                                   np.where(z == 1, exposed_reduce + exposed_gather,
+                                            exposed_reduce)))
     dp_exposed = np.where(batch.dp > 1, dp_exposed, 0.0)
     dp_total = np.where(batch.dp > 1,
-                        np.where(z >= 3, m * z3_mb, np.where(z >= 1, t_rs + t_ag, t_ar)), 0.0)
+                        np.where(z >= 3, m * z3_mb,
+                                 np.where(z == 2, m * t_rs + t_ag,
+                                          np.where(z == 1, t_rs + t_ag, t_ar))), 0.0)
 
     # tied embeddings: the word-embedding gradient is all-reduced between first and last stage
     tied_sync = np.zeros_like(t)

@@ -75,7 +75,7 @@ _MODELS: dict[str, tuple[ModelSpec, tuple[str, ...]]] = {
         (ModelSpec(name="bert-large", num_layers=24, hidden_size=1024, num_attention_heads=16,
                    ffn_hidden_size=4096, vocab_size=30522, gated_mlp=False, tied_embeddings=True,
                    learned_position_embeddings=True, max_position_embeddings=512,
-                   linear_bias=True, normalization="layernorm",
+                   linear_bias=True, normalization="layernorm", causal=False,
                    source="Devlin et al. 2019, arXiv:1810.04805; HF bert-large-uncased "
                    "config.json; encoder-only, V unpadded"), ("bert-large-uncased",)),
         (_gpt("gpt-1.7b", 24, 2304, 24), ("1.7b",)),

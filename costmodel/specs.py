@@ -108,6 +108,7 @@ class ModelSpec:
     max_position_embeddings: int | None = None
     linear_bias: bool = False
     normalization: str = "rmsnorm"
+    causal: bool = True  # decoder (causal mask); False for encoders such as BERT
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -133,7 +134,7 @@ class ModelSpec:
         else:
             _set(self, "head_dim", _int(s, "head_dim", self.head_dim))
         for name in ("gated_mlp", "tied_embeddings", "learned_position_embeddings",
-                     "linear_bias"):
+                     "linear_bias", "causal"):
             _set(self, name, _bool(s, name, getattr(self, name)))
         if self.max_position_embeddings is not None:
             _set(self, "max_position_embeddings",

@@ -58,7 +58,8 @@ class Problem:
                          "global_batch_size": self.training.global_batch_size,
                          "flash_attention": self.training.flash_attention,
                          "overlap_grad_reduce": self.training.overlap_grad_reduce,
-                         "dropout": self.training.dropout},
+                         "dropout": self.training.dropout,
+                         "framework": self.training.framework},
             "memory_limit_bytes": self.memory_limit_bytes,
         }
         return doc
@@ -295,8 +296,14 @@ def _infeasible(problem: Problem, outcome, stats) -> InfeasibleError:
     limit = problem.memory_limit_bytes
     advice = ("more GPUs, ZeRO (--zero-stage 1..3), full recompute, a smaller micro-batch, "
               "or a higher --memory-limit-gib")
-    msg = (f"memory_limit: no configuration fits {limit / GIB:.1f} GiB per GPU; the least "
-           f"memory any configuration needs is {need / GIB:.1f} GiB. Try {advice}.")
+    if outcome.sampler == "exhaustive":
+        scope = "the least memory any configuration needs"
+    else:  # a sampler saw only part of the space: say so instead of claiming a minimum
+        scope = (f"the least among the {len(outcome.batch)} configurations the "
+                 f"{outcome.sampler} sampler scored (of {outcome.valid_space_size} valid)")
+        advice = "more --trials or --sampler exhaustive, " + advice
+    msg = (f"memory_limit: no configuration fits {limit / GIB:.1f} GiB per GPU; {scope} "
+           f"is {need / GIB:.1f} GiB. Try {advice}.")
     inputs = problem.inputs_json()
     inputs["fingerprint"] = problem.fingerprint()
     payload = {

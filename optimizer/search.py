@@ -84,9 +84,16 @@ def run(problem, *, space=None, sampler: str = "auto", trials: int = 300, seed: 
     sp = problem_space(problem, space)
     valid = enumerate_valid(ctx, sp)
     if len(valid) == 0:
-        raise InputError("space", "no configuration satisfies the validity rules for this "
-                         "model and GPU count", "check --gpus against the model's heads and "
-                         "layers, or widen the space")
+        from search_spaces.enumerate import rejected_by_rule
+        from search_spaces.rules import RULES_BY_NAME
+
+        counts = sorted(((n, r) for r, n in rejected_by_rule(ctx, sp).items() if n),
+                        reverse=True)
+        why = "; ".join(f"{RULES_BY_NAME[r].name}: {RULES_BY_NAME[r].reason}"
+                        for _, r in counts[:3])
+        raise InputError("space", f"no configuration satisfies the validity rules for this "
+                         f"model and GPU count ({why})", "check --gpus against the model's "
+                         "heads and layers, or widen the restricted dimensions")
     chosen = sampler
     if sampler == "auto":
         chosen = "exhaustive" if len(valid) <= AUTO_EXHAUSTIVE_MAX else "tpe"

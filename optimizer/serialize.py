@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import fields
 from typing import Any
 
@@ -30,5 +32,8 @@ def cluster_to_dict(cluster: ClusterSpec) -> dict[str, Any]:
         "inter_node": {f.name: getattr(cluster.inter_node, f.name)
                        for f in fields(cluster.inter_node)},
         "custom_graph": cluster.graph_data is not None,
+        "graph_sha256": (hashlib.sha256(json.dumps(cluster.graph_data, sort_keys=True,
+                                                   default=str).encode()).hexdigest()
+                         if cluster.graph_data is not None else None),
         "calibration": dict(cluster.calibration) if cluster.calibration else None,
     }

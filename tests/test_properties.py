@@ -179,7 +179,8 @@ def test_memory_breakdown_sums_to_peak(drawn):
 
 
 def _zero3_padding_bytes(v: Valid, j: int) -> float:
-    """What ZeRO-3 may add when tp doubles: nothing else than the vocabulary padding.
+    """What ZeRO-3 may add when tp doubles: the vocabulary padding and the TP-replicated
+    parameters' larger dp shard, nothing else.
 
     Megatron pads the vocabulary to a multiple of 128 * tp (costmodel.compute.padded_vocab),
     so the embedding (and an untied LM head) grow by (V(2t) - V(t)) * h parameters. Without
@@ -194,7 +195,12 @@ def _zero3_padding_bytes(v: Valid, j: int) -> float:
     m = v.combo.model
     grow = float(padded_vocab(m.vocab_size, 2 * t) - padded_vocab(m.vocab_size, t))
     matrices = 1 if m.tied_embeddings else 2  # ZeRO-3 needs pp = 1: the head is on this rank
-    return grow * m.hidden_size * matrices * PARAM_BYTES[v.batch.precision[j]] / (t * d)
+    padding = grow * m.hidden_size * matrices * PARAM_BYTES[v.batch.precision[j]] / (t * d)
+    # Parameters TP replicates (the final norm, learned positions) are sharded over dp only:
+    # halving dp doubles their share, R / (d / 2) - R / d = R / d.
+    replicated = (m.hidden_size * (2 if m.normalization == "layernorm" else 1)
+                  + m.position_params(v.combo.training.seq_length))
+    return padding + replicated * PARAM_BYTES[v.batch.precision[j]] / d
 
 
 @PROPS
@@ -205,7 +211,7 @@ def test_weight_memory_never_grows_with_tp(drawn):
     assert w[1] <= w[0] * (1 + 1e-12) + _zero3_padding_bytes(v, j), (_cfg(v, j), w)
 
 
-def test_zero3_weight_growth_is_exactly_the_vocab_padding():
+def test_zero3_weight_growth_is_exactly_padding_and_replicated_params():
     # The one exception above, pinned by hand: llama2-70b (V = 32000, h = 8192) on 16 H100,
     # tf32 (4 B), ZeRO-3, tp 2 -> 4: V(2) = 32000, V(4) = 32256 (63 * 512), so the per-GPU
     # weights grow by 2 * 256 * 8192 * 4 / 16 = 1048576 B.
@@ -213,9 +219,11 @@ def test_zero3_weight_growth_is_exactly_the_vocab_padding():
     v = valid(i)
     j, j2 = next((a, b) for a, b in pairs(i, "tp") if v.batch.zero_stage[a] == 3
                  and v.batch.tp[a] == 2 and PRECISIONS[v.batch.precision[a]] == "tf32")
+    # plus the final RMSNorm (8192 fp32 params, TP-replicated) sharded over dp 8 -> 4:
+    # 8192 * 4 B / 8 = 4096 B
     w = _score(v, [j, j2]).memory_breakdown_bytes["weights"]
-    assert w[1] - w[0] == pytest.approx(1048576.0, rel=1e-6)
-    assert _zero3_padding_bytes(v, j) == 1048576.0
+    assert w[1] - w[0] == pytest.approx(1048576.0 + 4096.0, rel=1e-6)
+    assert _zero3_padding_bytes(v, j) == 1048576.0 + 4096.0
 
 
 @PROPS
