@@ -19,9 +19,9 @@ def listing(kind: str) -> tuple[tuple[str, ...], list[tuple]]:
             pk = g.peak_flops_per_s
             rows.append((name, f"{pk.get('bf16', pk.get('fp16', 0)) / 1e12:.0f}",
                          f"{pk['fp8'] / 1e12:.0f}" if "fp8" in pk else "-",
-                         f"{g.memory_bytes / 1e9:.0f}", f"{g.memory_bandwidth_bytes_per_s / 1e9:.0f}",
+                         f"{g.memory_bytes / 2**30:.1f}", f"{g.memory_bandwidth_bytes_per_s / 1e9:.0f}",
                          f"{g.nvlink_bandwidth_bytes_per_s / 1e9:.0f}"))
-        return ("gpu", "bf16/fp16 TFLOP/s", "fp8 TFLOP/s", "HBM GB", "HBM GB/s",
+        return ("gpu", "bf16/fp16 TFLOP/s", "fp8 TFLOP/s", "HBM GiB", "HBM GB/s",
                 "NVLink GB/s/dir"), rows
     from costmodel.hardware import get_cluster_preset, list_cluster_presets
 
