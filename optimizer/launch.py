@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from costmodel.errors import InputError, did_you_mean
+from costmodel.errors import InputError
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 __all__ = [
@@ -374,42 +374,16 @@ class _NcclEntry:
 
 
 def _parse_nccl(field_name: str, value: str, names: dict[str, str]) -> tuple[_NcclEntry, ...]:
-    """Parse paraplan's lower-case form: ``ring``, ``ring,tree``, ``^ll128``,
-    ``allreduce:tree;allgather:ring`` (NCCL >= 2.24 syntax). Empty for ``auto``.
-
-    Empty entries are dropped and the entry without a collective is moved first (NCCL lets
-    only the first entry omit it); the result is equivalent to the input.
+    """Parse paraplan's lower-case form (``ring``, ``ring,tree``, ``^ll128``,
+    ``allreduce:tree;allgather:ring``, NCCL >= 2.24 syntax) with the search space's parser,
+    then spell it NCCL's way. Empty for ``auto``. The entry without a collective is moved
+    first (NCCL lets only the first entry omit it); the result is equivalent to the input.
     """
-    text = value.strip().lower()
-    if text == "auto":
-        return ()
-    entries: list[_NcclEntry] = []
-    for raw in text.split(";"):
-        part = raw.strip()
-        if not part:
-            continue
-        func = None
-        if ":" in part:
-            fname, part = (s.strip() for s in part.split(":", 1))
-            if fname not in _FUNCS:
-                raise InputError(field_name, f"unknown collective {fname!r} in {value!r}",
-                                 did_you_mean(fname, _FUNCS))
-            func = _FUNCS[fname]
-        if any(e.func == func for e in entries):
-            raise InputError(field_name, f"{func or 'the default entry'} is given twice in "
-                                         f"{value!r}")
-        exclude = part.startswith("^")
-        tokens = [t.strip() for t in part.lstrip("^").split(",") if t.strip()]
-        if not tokens:
-            raise InputError(field_name, f"empty list in {value!r}")
-        for t in tokens:
-            if t not in names:
-                raise InputError(field_name, f"unknown value {t!r} in {value!r}",
-                                 did_you_mean(t, [*names, "auto"]))
-        canonical = tuple(dict.fromkeys(names[t] for t in tokens))
-        entries.append(_NcclEntry(func, exclude, canonical))
-    if not entries:
-        raise InputError(field_name, f"empty value {value!r}", "use 'auto' to force nothing")
+    from search_spaces.space import parse_nccl
+
+    entries = [_NcclEntry(None if e.collective is None else _FUNCS[e.collective], e.exclude,
+                          tuple(dict.fromkeys(names[t] for t in e.names)))
+               for e in parse_nccl(value, (*names, "auto"), field_name)]
     return tuple(sorted(entries, key=lambda e: e.func is not None))  # stable: default first
 
 

@@ -102,7 +102,7 @@ def parse_nccl(value: str, vocabulary: Sequence[str], field: str) -> tuple[NcclE
                                  did_you_mean(name, valid))
         entries.append(NcclEntry(collective, exclude, names))
     if not entries:
-        raise InputError(field, f"empty value {value!r}")
+        raise InputError(field, f"empty value {value!r}", "use 'auto' to force nothing")
     return tuple(entries)
 
 
