@@ -96,7 +96,8 @@ def _title(doc: Mapping[str, Any]) -> str:
     tr = inp.get("training", {})
     line1 = f"{model} on {cl.get('num_gpus', '?')} x {gpu}"
     if cl.get("num_nodes"):
-        line1 += f" ({cl['num_nodes']} nodes x {cl.get('gpus_per_node', '?')})"
+        nodes = cl["num_nodes"]
+        line1 += f" ({nodes} node{'s' if nodes != 1 else ''} x {cl.get('gpus_per_node', '?')})"
     line2 = "Pareto front: throughput vs peak memory per GPU"
     if tr:
         line2 += f"  (seq {tr.get('seq_length')}, global batch {tr.get('global_batch_size')})"

@@ -87,7 +87,8 @@ def render_front(doc: dict[str, Any]) -> str:
     st = doc["stats"]
     cl = inp["cluster"]
     head = (f"paraplan {doc['tool']['version']}: {inp['model']['name']} on "
-            f"{cl['num_gpus']} x {cl['gpu']['name']} ({cl['num_nodes']} nodes x "
+            f"{cl['num_gpus']} x {cl['gpu']['name']} ({cl['num_nodes']} "
+            f"node{'s' if cl['num_nodes'] != 1 else ''} x "
             f"{cl['gpus_per_node']}), seq {inp['training']['seq_length']}, global batch "
             f"{inp['training']['global_batch_size']}, memory limit "
             f"{inp['memory_limit_bytes'] / GIB:.1f} GiB/GPU\n"
