@@ -37,6 +37,18 @@ def tool_version() -> str:
         return "0+unknown"
 
 
+def document_head(problem: Problem, **extra_inputs: Any) -> dict[str, Any]:
+    """The fields every contract document starts with: schema version, tool, inputs (with the
+    problem's fingerprint and any ``extra_inputs``)."""
+    inputs = problem.inputs_json()
+    inputs.update(extra_inputs)
+    inputs["fingerprint"] = problem.fingerprint()
+    return {"schema_version": SCHEMA_VERSION,
+            "tool": {"name": "paraplan", "version": tool_version(),
+                     "cost_model_version": COST_MODEL_VERSION},
+            "inputs": inputs}
+
+
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Problem:
@@ -98,14 +110,8 @@ class OptimizeResult:
         return self.pareto_front[self.recommended_index]
 
     def to_dict(self) -> dict[str, Any]:
-        inputs = self.problem.inputs_json()
-        inputs["search"] = _plain(self.search)
-        inputs["fingerprint"] = self.problem.fingerprint()
         return {
-            "schema_version": SCHEMA_VERSION,
-            "tool": {"name": "paraplan", "version": tool_version(),
-                     "cost_model_version": COST_MODEL_VERSION},
-            "inputs": inputs,
+            **document_head(self.problem, search=_plain(self.search)),
             "pareto_front": [c.to_dict() for c in self.pareto_front],
             "recommended": self.recommended_index,
             "stats": _plain(self.stats),
@@ -130,13 +136,8 @@ class EvaluateResult:
         return self.candidate.metrics[key]
 
     def to_dict(self) -> dict[str, Any]:
-        inputs = self.problem.inputs_json()
-        inputs["fingerprint"] = self.problem.fingerprint()
         return {
-            "schema_version": SCHEMA_VERSION,
-            "tool": {"name": "paraplan", "version": tool_version(),
-                     "cost_model_version": COST_MODEL_VERSION},
-            "inputs": inputs,
+            **document_head(self.problem),
             "config": self.candidate.config.as_dict(),
             "metrics": _plain(self.candidate.metrics),
             "bottlenecks": list(self.candidate.bottlenecks),
@@ -304,12 +305,8 @@ def _infeasible(problem: Problem, outcome, stats) -> InfeasibleError:
         advice = "more --trials or --sampler exhaustive, " + advice
     msg = (f"memory_limit: no configuration fits {limit / GIB:.1f} GiB per GPU; {scope} "
            f"is {need / GIB:.1f} GiB. Try {advice}.")
-    inputs = problem.inputs_json()
-    inputs["fingerprint"] = problem.fingerprint()
     payload = {
-        "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "paraplan", "version": tool_version()},
-        "inputs": inputs,
+        **document_head(problem),
         "error": {"code": 3, "message": msg, "least_memory_bytes": _plain(need),
                   "memory_limit_bytes": limit},
         "least_violating": [c.to_dict() for c in least],
