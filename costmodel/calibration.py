@@ -25,6 +25,7 @@ class Efficiency:
     allocator_fraction: float  # caching-allocator fragmentation on top of tensors
     fp8_gemm_scale: float = 0.7  # fp8 GEMMs: this x ``gemm`` of the fp8 peak
     overlap_hidden: float = 0.6  # share of overlapped communication that overlap hides
+    gemm_misaligned: float = 1.0  # GEMM efficiency factor when N or K is not 16-byte aligned
 
     def with_(self, **kw: float) -> Efficiency:
         return replace(self, **kw)
@@ -43,13 +44,21 @@ class Efficiency:
 # scaling kernels, and GEMMs kept in bf16, leave end-to-end fp8 speed-ups near 1.3-1.5x
 # (llm-foundry H100 fp8 rows; NVIDIA Transformer Engine reports). CUDA context: "typically
 # 1-2 GB" (HF Ultra-Scale Playbook).
+#
+# ``gemm_misaligned``: a GEMM whose N or K is not a multiple of 16 bytes (an attention head
+# dimension such as 108 or 150) cannot use the fast Tensor Core kernels (NVIDIA Matrix
+# Multiplication Background guide, "Tensor Core Requirements"); it runs near CUDA-core speed.
+# Derived, not fitted: (16-bit CUDA-core peak / dense Tensor Core peak) x (0.4 reached by such
+# kernels / ``gemm``): A100 78/312 x 0.4/0.8 = 0.125; H100 SXM 134/989 x 0.4/0.6 = 0.09;
+# V100 31/125 x 0.4/0.75 = 0.13. BLOOM's head-dimension 108 and 150 runs, 25-45% slower than
+# their aligned neighbours, are the check.
 _AMPERE = Efficiency(gemm=0.80, gemm_k_half=128.0, memory=0.85, attention=0.35,
                      kernel_overhead_s=4e-6, step_overhead_s=0.0,
-                     cuda_context_bytes=1.5e9, allocator_fraction=0.05)
+                     cuda_context_bytes=1.5e9, allocator_fraction=0.05, gemm_misaligned=0.125)
 _HOPPER = Efficiency(gemm=0.60, gemm_k_half=128.0, memory=0.85, attention=0.25,
                      kernel_overhead_s=4e-6, step_overhead_s=0.0,
-                     cuda_context_bytes=1.5e9, allocator_fraction=0.05)
-_VOLTA = _AMPERE.with_(gemm=0.75, attention=0.25)
+                     cuda_context_bytes=1.5e9, allocator_fraction=0.05, gemm_misaligned=0.09)
+_VOLTA = _AMPERE.with_(gemm=0.75, attention=0.25, gemm_misaligned=0.13)
 _BLACKWELL = _HOPPER
 
 BY_ARCH: dict[str, Efficiency] = {

@@ -11,6 +11,10 @@ Sources:
 - Roofline time max(F / (eta_c * peak), Q / (eta_m * B_mem)): Williams et al. 2009 (CACM 52(4)).
 - Wave quantisation of GEMM tiles over the SMs: NVIDIA "Matrix Multiplication Background User's
   Guide" (docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/).
+- Tensor Core alignment: the same guide (section "Tensor Core Requirements") - cuBLAS reaches
+  full Tensor Core speed only when M, N and K are multiples of 16 bytes (8 fp16/bf16
+  elements); other sizes run slower kernels. In attention this is the head dimension: e.g.
+  hidden 13824 with 128 heads gives 108 (216 bytes), hidden 14400 with 96 heads gives 150.
 """
 
 from __future__ import annotations
@@ -37,12 +41,20 @@ def padded_vocab(vocab_size: int, tp: np.ndarray, multiple: int = 128) -> np.nda
     return np.ceil(vocab_size / unit) * unit
 
 
+def aligned_16_bytes(dim, elem_bytes) -> np.ndarray:
+    """True where a GEMM dimension of ``dim`` elements is a multiple of 16 bytes."""
+    nbytes = np.rint(np.asarray(dim, dtype=float) * np.asarray(elem_bytes, dtype=float))
+    return np.mod(nbytes, 16.0) == 0.0
+
+
 def gemm_time_s(m, n, k, *, peak_flops_per_s, mem_bandwidth_bytes_per_s, elem_bytes,
                 eff: Efficiency, sm_count: int) -> np.ndarray:
     """Roofline time of one (m x k) @ (k x n) GEMM, with wave quantisation and launch cost.
 
-    time = max(2mnk / (eta_gemm * peak * wave_eff), bytes / (eta_mem * B_mem)) + overhead,
-    wave_eff = tiles / (waves * SMs) with 128x128 output tiles.
+    time = max(2mnk / (eta_gemm * peak * wave_eff * align), bytes / (eta_mem * B_mem))
+    + overhead, wave_eff = tiles / (waves * SMs) with 128x128 output tiles, align =
+    ``eff.gemm_misaligned`` when N or K is not a multiple of 16 bytes (the dimensions the
+    Tensor Core kernels load along; M, the token count, is always aligned here), else 1.
     """
     m = np.asarray(m, dtype=float)
     n = np.asarray(n, dtype=float)
@@ -54,7 +66,9 @@ def gemm_time_s(m, n, k, *, peak_flops_per_s, mem_bandwidth_bytes_per_s, elem_by
     # Small GEMMs lose efficiency beyond quantisation (pipeline fill, fewer K iterations):
     # a saturating factor k / (k + k_half) on the reduction dimension.
     k_eff = k / (k + eff.gemm_k_half)
-    t_compute = flops / (eff.gemm * peak_flops_per_s * wave_eff * k_eff)
+    align = np.where(aligned_16_bytes(n, elem_bytes) & aligned_16_bytes(k, elem_bytes), 1.0,
+                     eff.gemm_misaligned)
+    t_compute = flops / (eff.gemm * peak_flops_per_s * wave_eff * k_eff * align)
     q = elem_bytes * (m * k + k * n) + 2.0 * m * n
     t_memory = q / (eff.memory * mem_bandwidth_bytes_per_s)
     return np.maximum(t_compute, t_memory) + eff.kernel_overhead_s

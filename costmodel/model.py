@@ -334,7 +334,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     L = float(model.num_layers)
     h = float(model.hidden_size)
     m = B / (b * d)
-    Ls = L / p
+    Ls = np.ceil(L / p - 1e-9)  # the heaviest stage holds ceil(L/p) layers
     V = padded_vocab(model.vocab_size, batch.tp)
 
     peaks = np.array([gpu.peak_flops_per_s.get(pr, np.nan) for pr in PRECISIONS])

@@ -93,3 +93,56 @@ def test_microbatches_in_flight():
 def test_parameter_counts():
     # Narayanan eq. 2 for GPT-3: 174.6B with s = 2048 learned positions
     assert GPT3.total_params(2048) / 1e9 == pytest.approx(174.6, abs=0.1)
+
+
+# ---- GEMM alignment and uneven pipeline partitions ----------------------------------------
+def _score_one(model: ModelSpec, par, gpus: int, seq: int = 2048, gbs: int = 256):
+    from costmodel.batch import ConfigBatch
+    from costmodel.hardware import default_cluster
+    from costmodel.model import score
+    from costmodel.specs import TrainingSpec
+
+    training = TrainingSpec(seq_length=seq, global_batch_size=gbs, flash_attention=False)
+    return score(model, default_cluster(gpus), training, ConfigBatch.from_configs([par]))
+
+
+def _bloom_like(layers: int, heads: int, hidden: int = 13824) -> ModelSpec:
+    return ModelSpec(name=f"h{hidden}a{heads}L{layers}", num_layers=layers, hidden_size=hidden,
+                     num_attention_heads=heads, ffn_hidden_size=4 * hidden, vocab_size=250880)
+
+
+def test_tensor_core_alignment_is_16_bytes():
+    from costmodel.compute import aligned_16_bytes
+
+    assert aligned_16_bytes(np.array([112, 128, 144, 108, 150, 100]), 2.0).tolist() == [
+        True, True, True, False, False, False]
+    assert aligned_16_bytes(np.array([112, 104, 108]), 1.0).tolist() == [True, False, False]
+
+
+def test_misaligned_head_dim_runs_attention_gemms_off_tensor_cores():
+    # BLOOM's sweep: hidden 13824 with 128 heads (head dim 108 = 216 bytes) measured 156.8 s
+    # against 118.1 s with 96 heads (head dim 144) at the same layout (published_runs.yaml
+    # bloom_prequel_072 / _071). Only the attention GEMMs change; the linears are aligned.
+    from costmodel.specs import ParallelConfig
+
+    par = ParallelConfig(tp=8, pp=1, dp=1, micro_batch_size=4, precision="fp16",
+                         recompute="full")
+    slow = _score_one(_bloom_like(4, 128), par, 8)
+    fast = _score_one(_bloom_like(4, 96), par, 8)
+    ratio = slow.step_time_s[0] / fast.step_time_s[0]
+    assert 1.15 < ratio < 1.6
+    assert slow.peak_memory_bytes[0] == pytest.approx(fast.peak_memory_bytes[0], rel=0.02)
+
+
+def test_heaviest_stage_holds_ceil_layers_over_stages():
+    # 78 layers over 12 stages: six stages hold 7 layers, so the pipeline paces at 7 layers and
+    # the peak memory is that of a 7-layer stage - the same as 84 layers over 12 stages.
+    from costmodel.specs import ParallelConfig
+
+    par = ParallelConfig(tp=8, pp=12, dp=1, micro_batch_size=1, precision="bf16",
+                         recompute="full")
+    s78, s84, s72 = (_score_one(_bloom_like(n, 96), par, 96, gbs=96) for n in (78, 84, 72))
+    assert s78.peak_memory_bytes[0] == pytest.approx(s84.peak_memory_bytes[0], rel=1e-9)
+    assert s78.step_time_s[0] == pytest.approx(s84.step_time_s[0], rel=1e-9)
+    assert s72.peak_memory_bytes[0] < s78.peak_memory_bytes[0]
+    assert s72.step_time_s[0] < s78.step_time_s[0]
