@@ -281,6 +281,20 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     # (Korthikanti et al. 4.2.2), overlapped with the gradient GEMMs: only the part that
     # overlap does not hide costs (communication kernels take SMs, nccl.md section 12)
     layer_tp = layer_tp + np.where(sp, 2.0 * ag * (1.0 - eff.overlap_hidden), 0.0)
+    if training.tp_comm_overlap:
+        # Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers): with sequence
+        # parallelism each all-gather is split into chunks pipelined with the column-parallel
+        # GEMM it feeds and each reduce-scatter with the row-parallel GEMM that produces it.
+        # Per pass, the exposed part is what the pass's GEMMs cannot cover plus the share
+        # that overlap does not hide (communication kernels take SMs), as for DP overlap.
+        def exposed(comm_s, window_s):
+            return (np.maximum(0.0, comm_s - window_s)
+                    + (1.0 - eff.overlap_hidden) * np.minimum(comm_s, window_s))
+        pair = 2.0 * (ag + rs) + 2.0 * fw.collective_s
+        overlapped = (exposed(pair, t_gemm_f)  # forward
+                      + exposed(pair + 2.0 * ag, 2.0 * t_gemm_f)  # backward + SP re-gather
+                      + np.where(rc == 2, exposed(pair, t_gemm_f), 0.0))  # recomputed fwd
+        layer_tp = np.where(sp, overlapped, layer_tp)
 
     # ---- embedding (first stage) and LM head + loss (last stage) ---------------------------
     emb_f = memop(2.0 * tokens * h * ea, 1.0) + np.where(batch.tp > 1, np.where(sp, rs, ar), 0)

@@ -312,12 +312,15 @@ class TrainingSpec:
     overlap_grad_reduce: bool = True  # DP reduction in buckets overlapped with backward
     dropout: bool = False  # dropout masks in activation memory (Korthikanti et al. assume them)
     framework: str = "megatron"  # megatron | deepspeed | fsdp: host overheads and buffers
+    # Megatron-Core --tp-comm-overlap: TP all-gathers / reduce-scatters (sequence parallel
+    # only) pipelined with the GEMMs next to them (Transformer Engine userbuffers)
+    tp_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         _set(self, "seq_length", _int("training", "seq_length", self.seq_length))
         _set(self, "global_batch_size",
              _int("training", "global_batch_size", self.global_batch_size))
-        for name in ("flash_attention", "overlap_grad_reduce", "dropout"):
+        for name in ("flash_attention", "overlap_grad_reduce", "dropout", "tp_comm_overlap"):
             _set(self, name, _bool("training", name, getattr(self, name)))
         _set(self, "framework", _choice("training", "framework", self.framework, FRAMEWORKS))
 

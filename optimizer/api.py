@@ -74,6 +74,8 @@ class Problem:
                          "framework": self.training.framework},
             "memory_limit_bytes": self.memory_limit_bytes,
         }
+        if self.training.tp_comm_overlap:  # only when set: older fingerprints stay valid
+            doc["training"]["tp_comm_overlap"] = True
         return doc
 
     def fingerprint(self) -> str:

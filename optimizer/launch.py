@@ -167,6 +167,8 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
               str(_layers_per_virtual_stage(model, config))]
     if config.sequence_parallel and config.tp > 1:  # Megatron drops it with a warning at TP=1
         a.append("--sequence-parallel")
+        if training.tp_comm_overlap:  # Transformer Engine userbuffers; needs SP
+            a.append("--tp-comm-overlap")
     a += [
         "--micro-batch-size", str(config.micro_batch_size),
         "--global-batch-size", str(training.global_batch_size),

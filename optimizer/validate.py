@@ -66,12 +66,17 @@ vtrain_*                             no     yes      no       Megatron-DeepSpeed
                                                               DeepSpeed engine reduces at the boundary
 llmfoundry_*                         yes    no       yes      MPT: FlashAttention, pdrop 0, FSDP
 megatron_core_* / nemo / bridge      yes    no       yes      Megatron-Core: TE fused attention, no
-                                                              dropout in recipes, --overlap-grad-reduce
+                                                              dropout in recipes, --overlap-grad-reduce;
+                                                              also --tp-comm-overlap (TP collectives
+                                                              pipelined with GEMMs, sequence parallel
+                                                              only), as the README table states and
+                                                              NeMo's performance recipes set
 ===================================  =====  =======  =======  ==========================================
 
 Other groups: from ``parallel.framework`` (Megatron-Core/NeMo/Bridge/FSDP/llm-foundry like the
 last row; DeepSpeed like vtrain; else like Megatron-LM 2021). ``parallel.ddp_impl`` (torch /
-local) and ``parallel.dp_overlap`` ("NO overlap") override the overlap column.
+local) and ``parallel.dp_overlap`` ("NO overlap") override the overlap column; a
+``parallel.overlap`` text naming ``tp-comm-overlap`` turns TP overlap on.
 
 Metrics
 -------
@@ -212,12 +217,14 @@ class FrameworkFlags:
     dropout: bool
     overlap_grad_reduce: bool
     framework: str = "megatron"
+    tp_comm_overlap: bool = False
 
 
 _MEGATRON_2021 = FrameworkFlags(flash_attention=False, dropout=True, overlap_grad_reduce=False)
 _DEEPSPEED_NO_DROPOUT = FrameworkFlags(False, False, False, "deepspeed")
 _DEEPSPEED = FrameworkFlags(False, True, False, "deepspeed")
 _MODERN = FrameworkFlags(True, False, True)
+_MCORE = FrameworkFlags(True, False, True, tp_comm_overlap=True)
 _FSDP = FrameworkFlags(True, False, True, "fsdp")
 
 # group prefix -> flags (see the module docstring's table)
@@ -228,9 +235,9 @@ GROUP_FLAGS: tuple[tuple[str, FrameworkFlags], ...] = (
     ("bloom", _DEEPSPEED_NO_DROPOUT),
     ("vtrain", _DEEPSPEED),
     ("llmfoundry", _FSDP),
-    ("megatron_core", _MODERN),
-    ("nemo", _MODERN),
-    ("megatron_bridge", _MODERN),
+    ("megatron_core", _MCORE),
+    ("nemo", _MCORE),
+    ("megatron_bridge", _MCORE),
 )
 
 
@@ -243,8 +250,9 @@ def framework_flags(group: str, parallel: Mapping[str, Any]) -> FrameworkFlags:
             break
     if flags is None:
         fw = str(parallel.get("framework", "")).lower()
-        if any(k in fw for k in ("megatron-core", "megatron core", "nemo", "bridge", "fsdp",
-                                 "foundry", "composer", "torchtitan")):
+        if any(k in fw for k in ("megatron-core", "megatron core", "nemo", "bridge")):
+            flags = _MCORE
+        elif any(k in fw for k in ("fsdp", "foundry", "composer", "torchtitan")):
             flags = _MODERN
         elif "deepspeed" in fw:
             flags = _DEEPSPEED
@@ -257,6 +265,8 @@ def framework_flags(group: str, parallel: Mapping[str, Any]) -> FrameworkFlags:
         flags = replace(flags, overlap_grad_reduce=False)
     if "no overlap" in str(parallel.get("dp_overlap", "")).lower():
         flags = replace(flags, overlap_grad_reduce=False)
+    if "tp-comm-overlap" in str(parallel.get("overlap", "")).lower():
+        flags = replace(flags, tp_comm_overlap=True)
     return flags
 
 
@@ -601,7 +611,7 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
     training = TrainingSpec(seq_length=seq, global_batch_size=gbs,
                             flash_attention=flags.flash_attention,
                             overlap_grad_reduce=flags.overlap_grad_reduce, dropout=flags.dropout,
-                            framework=flags.framework)
+                            framework=flags.framework, tp_comm_overlap=flags.tp_comm_overlap)
 
     step, src = measured_step_time(measured, derived, training.tokens_per_step, world,
                                    include_derived=include_derived)

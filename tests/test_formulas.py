@@ -146,3 +146,26 @@ def test_heaviest_stage_holds_ceil_layers_over_stages():
     assert s78.step_time_s[0] == pytest.approx(s84.step_time_s[0], rel=1e-9)
     assert s72.peak_memory_bytes[0] < s78.peak_memory_bytes[0]
     assert s72.step_time_s[0] < s78.step_time_s[0]
+
+
+def test_tp_comm_overlap_hides_sequence_parallel_collectives_only():
+    # Megatron-Core --tp-comm-overlap pipelines the SP all-gather / reduce-scatter with the
+    # GEMMs next to them; without SP there is nothing to overlap and nothing changes.
+    from costmodel.batch import ConfigBatch
+    from costmodel.hardware import default_cluster
+    from costmodel.model import score
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    model = _bloom_like(8, 64, hidden=8192)
+    cluster = default_cluster(8, gpu="h100-sxm-80gb")
+    pars = [ParallelConfig(tp=8, micro_batch_size=1, sequence_parallel=sp, recompute="selective")
+            for sp in (True, False)]
+    plain, over = (score(model, cluster, TrainingSpec(seq_length=4096, global_batch_size=8,
+                                                      tp_comm_overlap=o),
+                         ConfigBatch.from_configs(pars)) for o in (False, True))
+    tp_plain, tp_over = plain.time_breakdown_s["tp_comm"], over.time_breakdown_s["tp_comm"]
+    assert tp_over[0] < 0.6 * tp_plain[0]  # SP: at most the un-hidden share remains
+    assert tp_over[0] > 0.0
+    assert tp_over[1] == tp_plain[1]  # no SP: unchanged
+    assert over.step_time_s[0] < plain.step_time_s[0]
+    assert over.peak_memory_bytes[0] == plain.peak_memory_bytes[0]

@@ -217,6 +217,15 @@ def test_megatron_no_overlap_flags_without_data_parallelism():
     assert "--overlap-grad-reduce" not in args and "--overlap-param-gather" not in args
 
 
+def test_megatron_tp_comm_overlap_needs_sequence_parallelism():
+    overlap = TrainingSpec(seq_length=2048, global_batch_size=1024, tp_comm_overlap=True)
+    assert "--tp-comm-overlap" in megatron_args(LLAMA_65B, CLUSTER, overlap,
+                                                cfg(sequence_parallel=True))
+    assert "--tp-comm-overlap" not in megatron_args(LLAMA_65B, CLUSTER, overlap, BASE)
+    assert "--tp-comm-overlap" not in megatron_args(LLAMA_65B, CLUSTER, TRAIN,
+                                                    cfg(sequence_parallel=True))
+
+
 def test_world_size_larger_than_cluster_is_input_error():
     with pytest.raises(InputError):
         megatron_args(LLAMA_65B, CLUSTER, TRAIN, cfg(dp=2))  # 32 ranks on 16 GPUs

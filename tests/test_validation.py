@@ -331,6 +331,17 @@ def test_nemo_table_defaults():
         True, False, 8, "rmsnorm")
     assert run.cluster.gpu.name == "h100-sxm-80gb"
     assert run.training.flash_attention is True
+    assert run.training.tp_comm_overlap is True  # NeMo's performance recipes
+
+
+def test_tp_comm_overlap_only_for_megatron_core_family():
+    assert v.map_entry(BLOOM_000).training.tp_comm_overlap is False
+    assert v.map_entry(LLMFOUNDRY_080).training.tp_comm_overlap is False
+    assert v.map_entry(KORTHIKANTI_175B_SEL).training.tp_comm_overlap is False
+    flags = v.framework_flags("some_new_group", {"framework": "Megatron-LM",
+                                                 "overlap": "--tp-comm-overlap"})
+    assert flags.tp_comm_overlap and flags.framework == "megatron"
+    assert v.framework_flags("megatron_core_h100_weak_scaling", {}).tp_comm_overlap
 
 
 @pytest.mark.parametrize("entry, words", [
