@@ -42,7 +42,8 @@ Mapping (``../shared/validation/README.md``, followed exactly)
 - NVIDIA NeMo / Megatron-Bridge tables (group or framework naming them): selective recompute,
   SP when tp > 1, ZeRO-1 (distributed optimizer) where the entry omits them; precision "not
   stated" -> fp8.
-- Skipped, each with a reason (``--verbose`` lists them): cp > 1, incomplete layout or model
+- Skipped, each with a reason (``--verbose`` lists them): cp > 1, mixture-of-experts models
+  (more than one expert, ep > 1, or a Mixtral / MoE name), incomplete layout or model
   shape, heads (or KV heads) not divisible by tp, GPU count != tp*pp*dp, global batch not a
   multiple of micro_batch x dp, unknown GPU, no measured step time/memory, NCCL bus-bandwidth
   entries (they go to the NCCL section), Korthikanti Table 4 per-layer entries (own section).
@@ -543,6 +544,22 @@ def _measured_memory(measured: Mapping[str, Any]) -> float | None:
     return None
 
 
+_MOE_NAME = re.compile(r"\bmoe\b|mixtral|\b\d+x\d+(\.\d+)?b\b", re.IGNORECASE)
+
+
+def mixture_of_experts(model: Mapping[str, Any], par: Mapping[str, Any]) -> str:
+    """Why an entry is a mixture-of-experts model ('' when dense): more than one expert in the
+    model section, expert parallelism > 1, or a name such as "Mixtral 8x7B" / "... MoE"."""
+    for section, what in ((model, "model"), (par, "parallel")):
+        for key, value in section.items():
+            k = str(key).lower()
+            n = _as_int(value)
+            if n is not None and n > 1 and ("expert" in k or k in ("ep", "moe")):
+                return f"{what}.{key}={n}"
+    name = str(model.get("name", ""))
+    return f"name {name!r}" if _MOE_NAME.search(name) else ""
+
+
 def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run:
     """Map one ``published_runs.yaml`` entry; raises :class:`SkipEntry` with the reason."""
     eid = str(entry.get("id", "?"))
@@ -559,6 +576,9 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
     cp = _as_int(par.get("cp"))
     if cp is not None and cp > 1:
         raise SkipEntry(f"context parallelism cp={cp}")
+    moe = mixture_of_experts(model, par)
+    if moe:
+        raise SkipEntry(f"mixture of experts ({moe}) is not modelled")
     tp = _require_int(par, "tp", "layout")
     pp = _require_int(par, "pp", "layout")
     dp = _require_int(par, "dp", "layout")

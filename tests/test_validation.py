@@ -352,6 +352,8 @@ def test_tp_comm_overlap_only_for_megatron_core_family():
     ({**KORTHIKANTI_175B_SEL, "parallel": {**KORTHIKANTI_175B_SEL["parallel"], "tp": 5,
                                            "dp": 1, "pp": 8}}, "not divisible by tp"),
     ({**BLOOM_000, "model": {**BLOOM_000["model"], "heads": None}}, "heads missing"),
+    ({**NEMO_ROW, "model": {**NEMO_ROW["model"], "name": "Mixtral 8x7B"}}, "mixture of experts"),
+    ({**NEMO_ROW, "parallel": {**NEMO_ROW["parallel"], "ep": 8}}, "parallel.ep=8"),
     ({**BLOOM_000, "hardware": {**BLOOM_000["hardware"], "num_gpus": 100}}, "num_gpus 100"),
 ])
 def test_skips_carry_a_reason(entry, words):
