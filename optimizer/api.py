@@ -243,18 +243,24 @@ def recommend(front: tuple[Candidate, ...], limit_bytes: float) -> int:
 def optimize(model: Any, gpus: int | None = None, *, cluster: Any = None,
              gpu: str = "a100-sxm-80gb", gpus_per_node: int = 8,
              seq_length: int | None = None, global_batch_size: int | None = None,
+             training: TrainingSpec | Mapping | None = None,
              memory_limit_gib: float | None = None, memory_fraction: float = 0.9,
              sampler: str = "auto", trials: int = 300, seed: int = 0, jobs: int = 1,
              batch_size: int = 32, space: Mapping[str, Any] | None = None,
              allow_cross_node_tp: bool = False, storage: str | None = None,
              study_name: str | None = None, progress: bool = False) -> OptimizeResult:
-    """Search the configuration space and return the Pareto front (contract.md section 3)."""
+    """Search the configuration space and return the Pareto front (contract.md section 3).
+
+    ``training``: a :class:`TrainingSpec` or a mapping of its fields (``framework``,
+    ``tp_comm_overlap``, ``flash_attention``, ...); ``seq_length`` / ``global_batch_size``
+    override the mapping's.
+    """
     from optimizer import search
 
     t0 = time.perf_counter()
     problem = resolve_problem(model=model, gpus=gpus, cluster=cluster, gpu=gpu,
                               gpus_per_node=gpus_per_node, seq_length=seq_length,
-                              global_batch_size=global_batch_size,
+                              global_batch_size=global_batch_size, training=training,
                               memory_limit_gib=memory_limit_gib,
                               memory_fraction=memory_fraction,
                               allow_cross_node_tp=allow_cross_node_tp)

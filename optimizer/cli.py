@@ -70,6 +70,12 @@ def _main_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", help="cluster preset, cluster YAML or node-link graph JSON")
     p.add_argument("--seq-length", type=int)
     p.add_argument("--global-batch-size", type=int)
+    p.add_argument("--framework", choices=("megatron", "deepspeed", "fsdp"),
+                   help="training framework whose host costs, fusion and buffers to model "
+                        "(default megatron)")
+    p.add_argument("--tp-comm-overlap", action="store_true",
+                   help="Megatron-Core --tp-comm-overlap: TP collectives overlap GEMMs "
+                        "(with sequence parallelism)")
     p.add_argument("--memory-limit-gib", type=float)
     p.add_argument("--memory-fraction", type=float, default=0.9)
     p.add_argument("--sampler", default="auto",
@@ -92,6 +98,16 @@ def _main_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{flag}", dest=f"space_{dim}", metavar="V[,V...]",
                        help=f"restrict the {dim} dimension")
     return p
+
+
+def _training_flags(args: argparse.Namespace) -> dict | None:
+    """The training-section switches given on the command line (None: the defaults)."""
+    out: dict = {}
+    if args.framework:
+        out["framework"] = args.framework
+    if args.tp_comm_overlap:
+        out["tp_comm_overlap"] = True
+    return out or None
 
 
 def _space_overrides(args: argparse.Namespace) -> dict:
@@ -147,6 +163,7 @@ def cmd_main(argv: Sequence[str]) -> int:
     result = optimize(args.model, args.gpus, cluster=args.cluster, gpu=args.gpu,
                       gpus_per_node=args.gpus_per_node, seq_length=args.seq_length,
                       global_batch_size=args.global_batch_size,
+                      training=_training_flags(args),
                       memory_limit_gib=args.memory_limit_gib,
                       memory_fraction=args.memory_fraction, sampler=args.sampler,
                       trials=args.trials, seed=args.seed, jobs=args.jobs,

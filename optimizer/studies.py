@@ -547,9 +547,9 @@ def _missing_local_storage(spec: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 # The command line: ``optimize --study FILE`` and ``optimize report --study FILE``.
 _DEFINITION_FLAGS = ("model", "gpus", "cluster", "seq_length", "global_batch_size",
-                     "memory_limit_gib")
+                     "memory_limit_gib", "framework")
 _DEFAULTED_FLAGS = ("gpu", "gpus_per_node", "memory_fraction", "sampler", "trials", "seed",
-                    "batch_size", "allow_cross_node_tp")
+                    "batch_size", "allow_cross_node_tp", "tp_comm_overlap")
 
 
 def _check_no_definition_flags(args: argparse.Namespace) -> None:

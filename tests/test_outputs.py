@@ -370,3 +370,21 @@ def test_no_color_wins_over_force_color(monkeypatch):
     assert rc == 0, err
     assert not ANSI.search(out)
     assert "Recommended" in out
+
+
+def test_training_flags_on_the_command_line():
+    # --tp-comm-overlap and --framework land in inputs.training (and the fingerprint); TP
+    # overlap makes the fastest sequence-parallel layout faster, never slower.
+    base = ["--model", "70b", "--gpus", "64", "--gpu", "h100-sxm-80gb", "--seq-length", "8192",
+            "--global-batch-size", "512", "--sequence-parallel", "true", "--tp", "4,8"]
+    plain = run_cli_json(base, "front")
+    over = run_cli_json(base + ["--tp-comm-overlap"], "front")
+    assert "tp_comm_overlap" not in plain["inputs"]["training"]
+    assert over["inputs"]["training"]["tp_comm_overlap"] is True
+    assert over["inputs"]["fingerprint"] != plain["inputs"]["fingerprint"]
+    best = lambda d: max(p["metrics"]["tokens_per_s"] for p in d["pareto_front"])  # noqa: E731
+    assert best(over) > best(plain)
+    ds = run_cli_json(["--model", "7b", "--gpus", "8", "--framework", "deepspeed"], "front")
+    assert ds["inputs"]["training"]["framework"] == "deepspeed"
+    rc, _, err = run_cli(["--model", "7b", "--gpus", "8", "--framework", "jax"])
+    assert rc == 2 and "--framework" in err and "Traceback" not in err

@@ -323,6 +323,9 @@ def test_study_flags_that_change_the_definition_are_refused(tmp_path, capsys):
     assert cli.main(["--study", str(path), "--model", "13b", "--tp", "2"]) == 2
     err = capsys.readouterr().err
     assert "--model" in err and "--tp" in err
+    assert cli.main(["--study", str(path), "--framework", "fsdp", "--tp-comm-overlap"]) == 2
+    err = capsys.readouterr().err
+    assert "--framework" in err and "--tp-comm-overlap" in err
     assert not (tmp_path / "study.journal").exists()
 
 
