@@ -38,7 +38,7 @@ class Efficiency:
 # length at which a GEMM loses half of it (TP shards and small hidden sizes lose efficiency);
 # ``attention`` the fraction of peak a fused causal attention kernel reaches on the FLOPs it
 # executes (half the square). Ampere: A100 runs of Megatron-LM (Korthikanti et al. 2022, SC21),
-# vTrain and llm-foundry. Hopper: llm-foundry's 35 H100 runs (MAPE 4.8% with gemm 0.68 and
+# vTrain and llm-foundry. Hopper: llm-foundry's 35 H100 runs (MAPE 4.7% with gemm 0.68 and
 # attention 0.18; the grid's best, 0.66/0.18, gives 4.3%); the second number is the
 # FlashAttention-2/Triton era of those runs (their 16k-65k-token rows pin it), cuDNN/FA3 kernels
 # reach more - a known limitation. Megatron-Core's H100 weak-scaling table (41-49% MFU, no
@@ -50,12 +50,15 @@ class Efficiency:
 # 1-2 GB" (HF Ultra-Scale Playbook).
 #
 # ``gemm_misaligned``: a GEMM whose N or K is not a multiple of 16 bytes (an attention head
-# dimension such as 108 or 150) cannot use the fast Tensor Core kernels (NVIDIA Matrix
-# Multiplication Background guide, "Tensor Core Requirements"); it runs near CUDA-core speed.
-# Derived, not fitted: (16-bit CUDA-core peak / dense Tensor Core peak) x (0.4 reached by such
-# kernels / ``gemm``): A100 78/312 x 0.4/0.8 = 0.125; H100 SXM 134/989 x 0.4/0.68 = 0.08;
-# V100 31/125 x 0.4/0.75 = 0.13. BLOOM's head-dimension 108 and 150 runs, 25-45% slower than
-# their aligned neighbours, are the check.
+# dimension such as 108 or 150) leaves cuBLAS's fast Tensor Core kernels: before cuBLAS 11 it
+# ran on CUDA cores; since, Tensor Cores are used with slower, narrow-load kernels (NVIDIA
+# Matrix Multiplication Background guide, "Tensor Core Requirements"). The value is chosen,
+# not measured: (16-bit CUDA-core peak / dense Tensor Core peak) x (an assumed 0.4 reached by
+# such kernels / ``gemm``) - A100 78/312 x 0.4/0.8 = 0.125, H100 SXM 134/989 x 0.4/0.68 =
+# 0.08, V100 31/125 x 0.4/0.75 = 0.13 - and checked on BLOOM's head-dimension 108 and 150
+# runs (-33..-37% -> -21..-28%: it explains part of their slowness). It applies to GEMMs the
+# model runs through cuBLAS: the linears and the unfused attention core; fused attention
+# instead pads the head dimension to its kernels' step (compute.py / model.py).
 _AMPERE = Efficiency(gemm=0.80, gemm_k_half=128.0, memory=0.85, attention=0.35,
                      kernel_overhead_s=4e-6, step_overhead_s=0.0,
                      cuda_context_bytes=1.5e9, allocator_fraction=0.05, gemm_misaligned=0.125)

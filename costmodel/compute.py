@@ -48,13 +48,15 @@ def aligned_16_bytes(dim, elem_bytes) -> np.ndarray:
 
 
 def gemm_time_s(m, n, k, *, peak_flops_per_s, mem_bandwidth_bytes_per_s, elem_bytes,
-                eff: Efficiency, sm_count: int) -> np.ndarray:
+                eff: Efficiency, sm_count: int, tensor_cores=True) -> np.ndarray:
     """Roofline time of one (m x k) @ (k x n) GEMM, with wave quantisation and launch cost.
 
     time = max(2mnk / (eta_gemm * peak * wave_eff * align), bytes / (eta_mem * B_mem))
     + overhead, wave_eff = tiles / (waves * SMs) with 128x128 output tiles, align =
     ``eff.gemm_misaligned`` when N or K is not a multiple of 16 bytes (the dimensions the
     Tensor Core kernels load along; M, the token count, is always aligned here), else 1.
+    ``tensor_cores`` False (fp32 on CUDA cores, whose peak the caller passes) skips the
+    alignment factor: it describes leaving the Tensor Core fast path.
     """
     m = np.asarray(m, dtype=float)
     n = np.asarray(n, dtype=float)
@@ -66,8 +68,8 @@ def gemm_time_s(m, n, k, *, peak_flops_per_s, mem_bandwidth_bytes_per_s, elem_by
     # Small GEMMs lose efficiency beyond quantisation (pipeline fill, fewer K iterations):
     # a saturating factor k / (k + k_half) on the reduction dimension.
     k_eff = k / (k + eff.gemm_k_half)
-    align = np.where(aligned_16_bytes(n, elem_bytes) & aligned_16_bytes(k, elem_bytes), 1.0,
-                     eff.gemm_misaligned)
+    aligned = aligned_16_bytes(n, elem_bytes) & aligned_16_bytes(k, elem_bytes)
+    align = np.where(aligned | ~np.asarray(tensor_cores, dtype=bool), 1.0, eff.gemm_misaligned)
     t_compute = flops / (eff.gemm * peak_flops_per_s * wave_eff * k_eff * align)
     q = elem_bytes * (m * k + k * n) + 2.0 * m * n
     t_memory = q / (eff.memory * mem_bandwidth_bytes_per_s)

@@ -224,9 +224,15 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     eg = GEMM_BYTES[prec]
     ea = ACT_BYTES[prec]
 
-    def gemm(mm, nn, kk):
-        return gemm_time_s(mm, nn, kk, peak_flops_per_s=gemm_peak, mem_bandwidth_bytes_per_s=bw,
-                           elem_bytes=eg, eff=eff, sm_count=gpu.sm_count)
+    tensor_cores = prec != PRECISIONS.index("fp32")
+    # the attention core's batched GEMMs stay in 16-bit when the linears run in fp8
+    # (Transformer Engine keeps dot-product attention in bf16)
+    attn_peak = peaks[np.where(fp8, PRECISIONS.index("bf16"), prec)]
+
+    def gemm(mm, nn, kk, peak_=gemm_peak, bytes_=eg):
+        return gemm_time_s(mm, nn, kk, peak_flops_per_s=peak_, mem_bandwidth_bytes_per_s=bw,
+                           elem_bytes=bytes_, eff=eff, sm_count=gpu.sm_count,
+                           tensor_cores=tensor_cores)
 
     def memop(nbytes, kernels=1.0):
         return memory_op_time_s(nbytes, mem_bandwidth_bytes_per_s=bw, eff=eff,
@@ -235,21 +241,28 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     # ---- one layer, one micro-batch, one TP rank -------------------------------------------
     tokens = b * s
     up = (2.0 if model.gated_mlp else 1.0) * f
-    t_gemm_f = (gemm(tokens, (a + 2 * g) * hd / t, h) + gemm(tokens, h, a * hd / t)
-                + gemm(tokens, up / t, h) + gemm(tokens, h, f / t))
+    # column-parallel QKV and FC1 (N split by tp), row-parallel projection and FC2 (K split)
+    t_qkv = gemm(tokens, (a + 2 * g) * hd / t, h)
+    t_proj = gemm(tokens, h, a * hd / t)
+    t_fc1 = gemm(tokens, up / t, h)
+    t_fc2 = gemm(tokens, h, f / t)
+    t_gemm_f = t_qkv + t_proj + t_fc1 + t_fc2
     lf = layer_forward_flops(model, training.seq_length, b, t)
     if training.flash_attention:
-        # causal fused attention does half of the square (Dao et al. 2022)
-        attn_peak = peaks[np.where(fp8, PRECISIONS.index("bf16"), prec)]
+        # causal fused attention does half of the square (Dao et al. 2022); the kernels are
+        # built for head dimensions in steps of 32 (FlashAttention-2: 32..256), so others run
+        # padded to the next one
         square = 0.5 if model.causal else 1.0  # causal kernels skip the masked half
-        t_attn_f = (square * lf.attention_flops / (eff.attention * attn_peak)
+        pad = np.ceil(hd / 32.0) * 32.0 / hd
+        t_attn_f = (square * pad * lf.attention_flops / (eff.attention * attn_peak)
                     + eff.kernel_overhead_s)
         t_attn_b = 2.5 * (t_attn_f - eff.kernel_overhead_s) + eff.kernel_overhead_s
         t_attn_recompute = np.zeros_like(t_attn_f)
     else:
         heads_local = b * a / t
-        score_gemm = gemm(s * heads_local, s, hd)  # batched QK^T, approximated as one GEMM
-        ctx_gemm = gemm(s * heads_local, hd, s)
+        # batched QK^T and probabilities x V, each approximated as one GEMM, in 16-bit
+        score_gemm = gemm(s * heads_local, s, hd, attn_peak, ea)
+        ctx_gemm = gemm(s * heads_local, hd, s, attn_peak, ea)
         softmax = memop(4.0 * heads_local * s * s * ea, 2.0)
         t_attn_f = score_gemm + ctx_gemm + softmax
         t_attn_b = 2.0 * (score_gemm + ctx_gemm) + 2.0 * softmax
@@ -274,27 +287,32 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     # 2 all-reduces forward + 2 backward (+ 2 in the recomputed forward); with sequence
     # parallelism each all-reduce becomes an all-gather + reduce-scatter pair.
     n_collectives = 4.0 + np.where(rc == 2, 2.0, 0.0)
-    # each blocking collective also pays a rendezvous of the TP ranks (launch skew)
-    layer_tp = np.where(batch.tp > 1, n_collectives * (np.where(sp, ag + rs, ar)
-                                                      + fw.collective_s), 0.0)
-    # sequence parallelism re-gathers the input of each block's first linear in the backward
-    # (Korthikanti et al. 4.2.2), overlapped with the gradient GEMMs: only the part that
-    # overlap does not hide costs (communication kernels take SMs, nccl.md section 12)
-    layer_tp = layer_tp + np.where(sp, 2.0 * ag * (1.0 - eff.overlap_hidden), 0.0)
+    cs = fw.collective_s  # each blocking collective's rendezvous of the TP ranks (launch skew)
+
+    def exposed(comm_s, window_s):
+        # overlapped communication: what the window cannot cover, plus the share overlap does
+        # not hide (communication kernels take SMs; nccl.md section 12), as for DP overlap
+        return (np.maximum(0.0, comm_s - window_s)
+                + (1.0 - eff.overlap_hidden) * np.minimum(comm_s, window_s))
+
+    layer_tp = np.where(batch.tp > 1, n_collectives * (np.where(sp, ag + rs, ar) + cs), 0.0)
+    # sequence parallelism re-gathers the input of the QKV and FC1 linears in the backward
+    # (Korthikanti et al. 4.2.2) for their weight gradients, overlapped with those linears'
+    # backward GEMMs
+    regather = exposed(ag, 2.0 * t_qkv) + exposed(ag, 2.0 * t_fc1)
+    layer_tp = layer_tp + np.where(sp, regather, 0.0)
     if training.tp_comm_overlap:
-        # Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers): with sequence
-        # parallelism each all-gather is split into chunks pipelined with the column-parallel
-        # GEMM it feeds and each reduce-scatter with the row-parallel GEMM that produces it.
-        # Per pass, the exposed part is what the pass's GEMMs cannot cover plus the share
-        # that overlap does not hide (communication kernels take SMs), as for DP overlap.
-        def exposed(comm_s, window_s):
-            return (np.maximum(0.0, comm_s - window_s)
-                    + (1.0 - eff.overlap_hidden) * np.minimum(comm_s, window_s))
-        pair = 2.0 * (ag + rs) + 2.0 * fw.collective_s
-        overlapped = (exposed(pair, t_gemm_f)  # forward
-                      + exposed(pair + 2.0 * ag, 2.0 * t_gemm_f)  # backward + SP re-gather
-                      + np.where(rc == 2, exposed(pair, t_gemm_f), 0.0))  # recomputed fwd
-        layer_tp = np.where(sp, overlapped, layer_tp)
+        # Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers), sequence parallel
+        # only: each collective is split into chunks pipelined with its own GEMM. Forward:
+        # all-gather -> QKV / FC1, projection / FC2 -> reduce-scatter. Backward (dgrad + wgrad,
+        # twice the forward GEMM): QKV and FC1 reduce-scatter their input gradient and
+        # re-gather their input; the projection and FC2 all-gather their output gradient.
+        fwd = (exposed(ag + cs, t_qkv) + exposed(rs + cs, t_proj)
+               + exposed(ag + cs, t_fc1) + exposed(rs + cs, t_fc2))
+        bwd = (exposed(rs + ag + 2.0 * cs, 2.0 * t_qkv) + exposed(ag + cs, 2.0 * t_proj)
+               + exposed(rs + ag + 2.0 * cs, 2.0 * t_fc1) + exposed(ag + cs, 2.0 * t_fc2))
+        overlapped = fwd + bwd + np.where(rc == 2, fwd, 0.0)
+        layer_tp = np.where(sp, np.minimum(overlapped, layer_tp), layer_tp)
 
     # ---- embedding (first stage) and LM head + loss (last stage) ---------------------------
     emb_f = memop(2.0 * tokens * h * ea, 1.0) + np.where(batch.tp > 1, np.where(sp, rs, ar), 0)
@@ -524,7 +542,8 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     }
     n_gpus = t * p * d
     flops = model_flops_per_step(model, training.seq_length, training.global_batch_size)
-    stage_mean = np.where(single, first, (first + last + np.maximum(p - 2, 0) * middle) / p)
+    # the mean over stages of the true work: L layers (not p x ceil(L/p)), embedding, LM head
+    stage_mean = np.where(single, first, (L * layer_total + emb_t + head_t) / p + pp_mb)
     slow = np.where(single, first, np.maximum(np.maximum(first, last),
                                               np.where(batch.pp >= 3, middle, 0.0)))
     with np.errstate(invalid="ignore", divide="ignore"):

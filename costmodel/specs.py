@@ -323,6 +323,10 @@ class TrainingSpec:
         for name in ("flash_attention", "overlap_grad_reduce", "dropout", "tp_comm_overlap"):
             _set(self, name, _bool("training", name, getattr(self, name)))
         _set(self, "framework", _choice("training", "framework", self.framework, FRAMEWORKS))
+        if self.tp_comm_overlap and self.framework != "megatron":
+            raise InputError("training.tp_comm_overlap",
+                             f"is a Megatron-Core feature; framework is {self.framework!r}",
+                             "set framework: megatron or tp_comm_overlap: false")
 
     @property
     def tokens_per_step(self) -> int:

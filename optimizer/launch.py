@@ -714,7 +714,7 @@ def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     lay = topology.layout_topology(cluster, t, p, d)
     vocab = float(padded_vocab(model.vocab_size, np.asarray(t)))
     layer = float(model.params_per_layer) / t
-    stage_layers = model.num_layers / p
+    stage_layers = -(-model.num_layers // p)  # the heaviest stage holds ceil(L/p) layers
     body = stage_layers * layer
     head = 0.0 if (model.tied_embeddings and p == 1) else vocab * h
     first = body + vocab * h / t + (head / t if p == 1 else 0.0)

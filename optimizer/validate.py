@@ -68,10 +68,13 @@ vtrain_*                             no     yes      no       Megatron-DeepSpeed
 llmfoundry_*                         yes    no       yes      MPT: FlashAttention, pdrop 0, FSDP
 megatron_core_* / nemo / bridge      yes    no       yes      Megatron-Core: TE fused attention, no
                                                               dropout in recipes, --overlap-grad-reduce;
-                                                              also --tp-comm-overlap (TP collectives
-                                                              pipelined with GEMMs, sequence parallel
-                                                              only), as the README table states and
-                                                              NeMo's performance recipes set
+                                                              NeMo / Bridge also --tp-comm-overlap
+                                                              (TP collectives pipelined with GEMMs,
+                                                              sequence parallel only), which their
+                                                              performance recipes set; plain
+                                                              Megatron-Core only where the entry's
+                                                              ``overlap`` text names it (its default
+                                                              is off)
 ===================================  =====  =======  =======  ==========================================
 
 Other groups: from ``parallel.framework`` (Megatron-Core/NeMo/Bridge/FSDP/llm-foundry like the
@@ -236,7 +239,7 @@ GROUP_FLAGS: tuple[tuple[str, FrameworkFlags], ...] = (
     ("bloom", _DEEPSPEED_NO_DROPOUT),
     ("vtrain", _DEEPSPEED),
     ("llmfoundry", _FSDP),
-    ("megatron_core", _MCORE),
+    ("megatron_core", _MODERN),
     ("nemo", _MCORE),
     ("megatron_bridge", _MCORE),
 )
@@ -251,9 +254,10 @@ def framework_flags(group: str, parallel: Mapping[str, Any]) -> FrameworkFlags:
             break
     if flags is None:
         fw = str(parallel.get("framework", "")).lower()
-        if any(k in fw for k in ("megatron-core", "megatron core", "nemo", "bridge")):
+        if any(k in fw for k in ("nemo", "bridge")):
             flags = _MCORE
-        elif any(k in fw for k in ("fsdp", "foundry", "composer", "torchtitan")):
+        elif any(k in fw for k in ("megatron-core", "megatron core", "fsdp", "foundry",
+                                   "composer", "torchtitan")):
             flags = _MODERN
         elif "deepspeed" in fw:
             flags = _DEEPSPEED
@@ -544,18 +548,24 @@ def _measured_memory(measured: Mapping[str, Any]) -> float | None:
     return None
 
 
-_MOE_NAME = re.compile(r"\bmoe\b|mixtral|\b\d+x\d+(\.\d+)?b\b", re.IGNORECASE)
+_MOE_NAME = re.compile(r"\bmoe\b|mixtral|dbrx|deepseek-?v[23]|grok-?1|arctic|switch-|"
+                       r"\b\d+x\d+(\.\d+)?b\b", re.IGNORECASE)
 
 
 def mixture_of_experts(model: Mapping[str, Any], par: Mapping[str, Any]) -> str:
     """Why an entry is a mixture-of-experts model ('' when dense): more than one expert in the
-    model section, expert parallelism > 1, or a name such as "Mixtral 8x7B" / "... MoE"."""
+    model section (a number, or text leading with one such as "64 routed + 2 shared"), expert
+    parallelism > 1, ``moe: true``, or a name such as "Mixtral 8x7B", "DBRX", "... MoE"."""
     for section, what in ((model, "model"), (par, "parallel")):
         for key, value in section.items():
             k = str(key).lower()
-            n = _as_int(value)
-            if n is not None and n > 1 and ("expert" in k or k in ("ep", "moe")):
-                return f"{what}.{key}={n}"
+            if not ("expert" in k or k in ("ep", "moe")):
+                continue
+            if value is True:
+                return f"{what}.{key}=true"
+            n = _as_int(value) if not isinstance(value, str) else _leading_int(value, 0)
+            if n is not None and n > 1:
+                return f"{what}.{key}={value}"
     name = str(model.get("name", ""))
     return f"name {name!r}" if _MOE_NAME.search(name) else ""
 

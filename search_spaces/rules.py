@@ -117,6 +117,23 @@ def _tp_divides_heads(ctx: Context, b: ConfigBatch) -> np.ndarray:
     return _divides(m.num_attention_heads, b.tp) & _divides(m.num_kv_heads, b.tp)
 
 
+def _tp_divides_ffn(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # Megatron's ColumnParallelLinear / RowParallelLinear split the FFN width evenly over tp
+    return _divides(ctx.model.ffn_hidden_size, b.tp)
+
+
+def _fp8_alignment(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # Transformer Engine's FP8 GEMMs need the dimensions of each rank's weight shard to be
+    # multiples of 16 (hidden, the QKV and projection widths and the FFN width, over tp)
+    m = ctx.model
+    widths = (m.hidden_size, (m.num_attention_heads + 2 * m.num_kv_heads) * m.head_dim,
+              m.num_attention_heads * m.head_dim, m.ffn_hidden_size)
+    ok = np.ones(len(b), dtype=bool)
+    for w in widths:
+        ok &= _divides(w, b.tp) & (np.asarray(w) // np.maximum(b.tp, 1) % 16 == 0)
+    return (b.precision != _FP8) | ok
+
+
 def _tp_within_node(ctx: Context, b: ConfigBatch) -> np.ndarray:
     gpn = ctx.cluster.gpus_per_node
     inside = (b.tp <= gpn) & _divides(gpn, b.tp)
@@ -342,6 +359,15 @@ TP_DIVIDES_HEADS = Rule(
     _tp_divides_heads, frozenset({"tp"}),
     lambda c, r: f"tp={r['tp']}, num_attention_heads={c.model.num_attention_heads}, "
                  f"num_kv_heads={c.model.num_kv_heads}")
+TP_DIVIDES_FFN = Rule(
+    "tp_divides_ffn", "tp must divide ffn_hidden_size", _tp_divides_ffn, frozenset({"tp"}),
+    lambda c, r: f"tp={r['tp']}, ffn_hidden_size={c.model.ffn_hidden_size}")
+FP8_ALIGNMENT = Rule(
+    "fp8_alignment", "fp8 GEMMs need each rank's hidden, attention and FFN widths to be "
+    "multiples of 16 (Transformer Engine)", _fp8_alignment, frozenset({"precision", "tp"}),
+    lambda c, r: f"tp={r['tp']}: hidden {c.model.hidden_size}, attention "
+                 f"{c.model.num_attention_heads * c.model.head_dim}, ffn "
+                 f"{c.model.ffn_hidden_size} over tp")
 TP_WITHIN_NODE = Rule(
     "tp_within_node", "a tensor-parallel group must fit in one node (tp <= gpus_per_node and "
     "divides it) unless cross-node TP is allowed", _tp_within_node, frozenset({"tp"}),
@@ -399,9 +425,10 @@ NCCL_GATES = Rule(
     _nccl_detail)
 
 ALL_RULES: tuple[Rule, ...] = (
-    WORLD_SIZE, TP_DIVIDES_HEADS, TP_WITHIN_NODE, PP_DIVIDES_LAYERS, BATCH_DIVISIBLE,
-    INTERLEAVED_NEEDS_PP, VIRTUAL_STAGES_DIVIDE_LAYERS, INTERLEAVED_MICROBATCHES, SP_NEEDS_TP,
-    FP8_HARDWARE, PRECISION_HARDWARE, ZERO3_NO_PP, ZERO_NEEDS_DP, NCCL_GATES,
+    WORLD_SIZE, TP_DIVIDES_HEADS, TP_DIVIDES_FFN, TP_WITHIN_NODE, PP_DIVIDES_LAYERS,
+    BATCH_DIVISIBLE, INTERLEAVED_NEEDS_PP, VIRTUAL_STAGES_DIVIDE_LAYERS,
+    INTERLEAVED_MICROBATCHES, SP_NEEDS_TP, FP8_HARDWARE, FP8_ALIGNMENT, PRECISION_HARDWARE,
+    ZERO3_NO_PP, ZERO_NEEDS_DP, NCCL_GATES,
 )
 RULES_BY_NAME: Mapping[str, Rule] = {r.name: r for r in ALL_RULES}
 

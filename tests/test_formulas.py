@@ -169,3 +169,103 @@ def test_tp_comm_overlap_hides_sequence_parallel_collectives_only():
     assert tp_over[1] == tp_plain[1]  # no SP: unchanged
     assert over.step_time_s[0] < plain.step_time_s[0]
     assert over.peak_memory_bytes[0] == plain.peak_memory_bytes[0]
+
+
+def test_tp_comm_overlap_is_megatron_only():
+    from costmodel.errors import InputError
+    from costmodel.specs import TrainingSpec
+
+    with pytest.raises(InputError) as e:
+        TrainingSpec(framework="deepspeed", tp_comm_overlap=True)
+    assert e.value.field == "training.tp_comm_overlap"
+
+
+@pytest.mark.parametrize("tp, gpus", [(2, 8), (8, 8), (16, 32), (32, 64)])
+def test_tp_comm_overlap_never_costs_more(tp, gpus):
+    # small hidden sizes make communication dominate; overlap must not make a step slower
+    from costmodel.batch import ConfigBatch
+    from costmodel.hardware import default_cluster
+    from costmodel.model import score
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    model = ModelSpec(name="small", num_layers=4, hidden_size=1024, num_attention_heads=32,
+                      ffn_hidden_size=4096, vocab_size=32000)
+    cluster = default_cluster(gpus, gpu="h100-sxm-80gb")
+    par = ParallelConfig(tp=tp, dp=gpus // tp, micro_batch_size=1, sequence_parallel=True,
+                         recompute="full")
+    steps = [score(model, cluster, TrainingSpec(seq_length=2048, global_batch_size=gpus // tp,
+                                                 tp_comm_overlap=o),
+                   ConfigBatch.from_configs([par])).step_time_s[0] for o in (False, True)]
+    assert steps[1] <= steps[0]
+
+
+def test_fp8_keeps_the_attention_core_in_16_bit():
+    # Unfused attention with head dimension 72: in 16-bit it is 144 bytes (aligned); counting
+    # it as 1-byte fp8 operands would flag it misaligned and make fp8 slower than bf16.
+    from costmodel.batch import ConfigBatch
+    from costmodel.hardware import default_cluster
+    from costmodel.model import score
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    model = ModelSpec(name="hd72", num_layers=4, hidden_size=4608, num_attention_heads=64,
+                      ffn_hidden_size=4 * 4608, vocab_size=32000)
+    training = TrainingSpec(seq_length=4096, global_batch_size=8, flash_attention=False)
+    cluster = default_cluster(8, gpu="h100-sxm-80gb")
+    pars = [ParallelConfig(tp=1, dp=8, micro_batch_size=1, precision=p) for p in ("bf16", "fp8")]
+    bf16, fp8 = score(model, cluster, training, ConfigBatch.from_configs(pars)).step_time_s
+    assert fp8 < bf16
+
+
+def test_alignment_factor_only_on_tensor_cores():
+    from costmodel.calibration import efficiency_for
+    from costmodel.compute import gemm_time_s
+
+    eff = efficiency_for(80)
+    kw = dict(peak_flops_per_s=19.5e12, mem_bandwidth_bytes_per_s=2.0e12, elem_bytes=4.0,
+              eff=eff, sm_count=108)
+    odd = gemm_time_s(8192, 8192, 1002, tensor_cores=False, **kw)  # 4008 B: not 16-aligned
+    even = gemm_time_s(8192, 8192, 1000, tensor_cores=False, **kw)
+    # time ~ flops / (k / (k + k_half)) ~ k + k_half: no alignment factor on CUDA cores
+    assert odd / even == pytest.approx((1002 + 128) / (1000 + 128), rel=1e-6)
+    slow = gemm_time_s(8192, 8192, 1002, tensor_cores=True, **kw)
+    assert slow / odd == pytest.approx(1 / eff.gemm_misaligned, rel=1e-3)  # + launch cost
+
+
+def test_flash_attention_pads_head_dim_to_steps_of_32():
+    # Attention-dominated layer (s = 32k, tiny FFN): head dim 80 runs in the 96-wide kernel,
+    # so it costs nearly what 96 costs instead of 80/96 of it.
+    from costmodel.batch import ConfigBatch
+    from costmodel.hardware import default_cluster
+    from costmodel.model import score
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    par = ParallelConfig(tp=1, dp=8, micro_batch_size=1)
+    cluster = default_cluster(8, gpu="h100-sxm-80gb")
+    training = TrainingSpec(seq_length=32768, global_batch_size=8)
+
+    def step(hd):
+        model = ModelSpec(name=f"hd{hd}", num_layers=1, hidden_size=32 * hd,
+                          num_attention_heads=32, ffn_hidden_size=64, vocab_size=1024)
+        return score(model, cluster, training, ConfigBatch.from_configs([par])).step_time_s[0]
+
+    assert step(80) / step(96) > 0.92  # unpadded it would be ~0.84
+    assert step(96) / step(128) < 0.80  # 96 and 128 are kernel sizes: no padding
+
+
+def test_rules_reject_uneven_ffn_and_unaligned_fp8():
+    from costmodel.batch import ConfigBatch
+    from costmodel.hardware import default_cluster
+    from costmodel.specs import ParallelConfig, TrainingSpec
+    from search_spaces.rules import FP8_ALIGNMENT, TP_DIVIDES_FFN, Context
+
+    model = ModelSpec(name="ffn11008", num_layers=32, hidden_size=4096,
+                      num_attention_heads=32, ffn_hidden_size=11008, vocab_size=32000,
+                      gated_mlp=True)
+    ctx = Context(model, default_cluster(32, gpu="h100-sxm-80gb"),
+                  TrainingSpec(seq_length=2048, global_batch_size=64))
+    rows = [ParallelConfig(tp=t, dp=32 // t, precision=p)
+            for t, p in ((8, "bf16"), (32, "bf16"), (8, "fp8"), (32, "fp8"))]
+    b = ConfigBatch.from_configs(rows)
+    # 11008 / 8 = 1376 = 16 x 86; 11008 / 32 = 344 = 8 x 43
+    assert TP_DIVIDES_FFN(ctx, b).tolist() == [True, True, True, True]
+    assert FP8_ALIGNMENT(ctx, b).tolist() == [True, True, True, False]

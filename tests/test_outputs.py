@@ -118,6 +118,25 @@ def test_evaluate_document_validates(tmp_path):
     assert "#SBATCH --nodes=2" in emit_for_doc(doc, "slurm")
 
 
+def test_run_file_tp_comm_overlap(tmp_path):
+    docs = []
+    for overlap in ("false", "true"):
+        run = tmp_path / f"run_{overlap}.yaml"
+        run.write_text("model: llama-65b\n"
+                       "cluster: {gpu: h100-sxm-80gb, num_nodes: 2, gpus_per_node: 8}\n"
+                       "training: {seq_length: 4096, global_batch_size: 64, "
+                       f"tp_comm_overlap: {overlap}}}\n"
+                       "parallel: {tp: 8, pp: 2, dp: 1, micro_batch_size: 1, precision: bf16,\n"
+                       "           recompute: selective, sequence_parallel: true}\n")
+        docs.append(run_cli_json(["evaluate", str(run)], "evaluate"))
+    plain, over = docs
+    tp = [d["metrics"]["time_breakdown_s"]["tp_comm"] for d in docs]
+    assert tp[1] < 0.6 * tp[0]
+    assert over["metrics"]["step_time_s"] < plain["metrics"]["step_time_s"]
+    assert "--tp-comm-overlap" in " ".join(over["launch"]["megatron_args"])
+    assert "--tp-comm-overlap" not in " ".join(plain["launch"]["megatron_args"])
+
+
 def test_infeasible_document_validates_and_lists_least_violating():
     doc = run_cli_json([*ARGS_65B, "--memory-limit-gib", "1"], "infeasible", expect_rc=3)
     err = doc["error"]

@@ -341,7 +341,22 @@ def test_tp_comm_overlap_only_for_megatron_core_family():
     flags = v.framework_flags("some_new_group", {"framework": "Megatron-LM",
                                                  "overlap": "--tp-comm-overlap"})
     assert flags.tp_comm_overlap and flags.framework == "megatron"
-    assert v.framework_flags("megatron_core_h100_weak_scaling", {}).tp_comm_overlap
+    # plain Megatron-Core defaults to no TP overlap; the README table's entries name it
+    assert not v.framework_flags("megatron_core_h100_weak_scaling", {}).tp_comm_overlap
+    assert v.framework_flags("megatron_core_h100_weak_scaling",
+                             {"overlap": "--overlap-grad-reduce, --tp-comm-overlap"}
+                             ).tp_comm_overlap
+
+
+@pytest.mark.parametrize("model, parallel, moe", [
+    ({"name": "Mixtral 8x22B"}, {}, True), ({"name": "DBRX"}, {}, True),
+    ({"moe": True}, {}, True), ({"experts": "64 routed + 2 shared"}, {}, True),
+    ({"num_experts": 8}, {}, True), ({}, {"ep": 4}, True),
+    ({"name": "Llama 3 70B", "num_experts": 1}, {"ep": 1}, False),
+    ({"name": "GPT-3 175B"}, {}, False),
+])
+def test_mixture_of_experts_detection(model, parallel, moe):
+    assert bool(v.mixture_of_experts(model, parallel)) is moe
 
 
 @pytest.mark.parametrize("entry, words", [
