@@ -105,6 +105,9 @@ class FrameworkCosts:
     16-bit). ``bf16_fp32_grads``: DeepSpeed's BF16_Optimizer accumulates gradients in an
     unsharded fp32 buffer besides the bf16 gradients (+2 bytes per parameter over Megatron).
     ``collective_s``: rendezvous cost of each blocking TP collective (the ranks' launch skew).
+    ``loss_bytes_per_logit`` / ``grad_accum_bytes``: HBM traffic of an unfused cross entropy
+    and of gradient accumulation outside the GEMMs (Megatron-DeepSpeed; derived byte counts,
+    see the fields).
     ``elementwise_traffic``: HBM traffic of norms, activations, residuals and rotary relative
     to the fused minimum the model counts (Megatron fuses them; DeepSpeed partly; FSDP stacks
     such as llm-foundry run them mostly unfused).
@@ -122,12 +125,27 @@ class FrameworkCosts:
     pipe_buffers: bool = False
     engine_buffer_bytes: float = 0.0
     bf16_fp32_grads: bool = False
+    # HBM bytes per logit of the cross entropy (forward + backward). Megatron's
+    # _VocabParallelCrossEntropy as Megatron-DeepSpeed runs it (2021-22) is unfused:
+    # .contiguous() + .float() of the 16-bit logits (r2 w2 + r2 w4), max (r4), subtract (r4 w4),
+    # exp (r4 w4), sum (r4), divide (r4 w4); backward mul_ by the loss gradient (r4 w4) and the
+    # cast back to 16 bits (r4 w2): ~58. The fused minimum (read the logits, write the softmax,
+    # read it in the backward) is 16.
+    loss_bytes_per_logit: float = 16.0
+    # HBM bytes per local parameter per micro-batch of gradient accumulation outside the GEMM:
+    # PyTorch's AccumulateGrad adds each micro-batch's fresh 16-bit gradient into param.grad
+    # (read 2 + 2, write 2 = 6; with bf16_fp32_grads the buffer is fp32: read 2 + 4, write 4)
+    # unless the framework fuses accumulation into the weight-gradient GEMM (Megatron-LM's
+    # gradient_accumulation_fusion into the fp32 main_grad). The word embedding's dense
+    # backward also zero-fills a full [V/t, h] gradient every micro-batch (+2).
+    grad_accum_bytes: float = 0.0
 
 
 FRAMEWORKS: dict[str, FrameworkCosts] = {
     "megatron": FrameworkCosts(layer_pass_s=0.0),
     "deepspeed": FrameworkCosts(layer_pass_s=0.85e-3, collective_s=0.05e-3,
                                 elementwise_traffic=1.5, pipe_buffers=True,
-                                engine_buffer_bytes=2 * 5e8 * 2, bf16_fp32_grads=True),
+                                engine_buffer_bytes=2 * 5e8 * 2, bf16_fp32_grads=True,
+                                loss_bytes_per_logit=58.0, grad_accum_bytes=6.0),
     "fsdp": FrameworkCosts(layer_pass_s=0.0, elementwise_traffic=2.0),
 }

@@ -276,6 +276,12 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
                      6.0)
     layer_f = t_gemm_f + t_attn_f + t_elem_f
     layer_b = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_elem_f
+    # gradient accumulation outside the GEMMs (AccumulateGrad into param.grad), once per
+    # micro-batch per local parameter; an fp32 buffer (bf16_fp32_grads) moves 4 bytes more
+    bf16 = prec == PRECISIONS.index("bf16")
+    accum_bytes = fw.grad_accum_bytes + np.where(bf16 & fw.bf16_fp32_grads, 4.0, 0.0)
+    if fw.grad_accum_bytes > 0:
+        layer_b = layer_b + memop(accum_bytes * float(model.params_per_layer) / t)
     layer_rc = np.where(rc == 2, layer_f, np.where(rc == 1, t_attn_recompute, 0.0))
 
     # ---- TP collectives per layer per micro-batch (Shoeybi et al. 2019; Korthikanti 4.2.2) --
@@ -318,11 +324,16 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     emb_f = memop(2.0 * tokens * h * ea, 1.0) + np.where(batch.tp > 1, np.where(sp, rs, ar), 0)
     emb_b = memop(3.0 * tokens * h * ea, 1.0) + np.where(sp, ag, 0.0)
     head_gemm = gemm(tokens, V / t, h)
-    loss = memop(4.0 * tokens * V / t * 4.0, 4.0)  # fp32 logits: softmax fwd/bwd passes
+    loss = memop(fw.loss_bytes_per_logit * tokens * V / t, 4.0)  # softmax fwd/bwd passes
     head_f = head_gemm + loss + np.where(sp, ag, 0.0)
     # the output layer's input is copied into the TP region: its backward all-reduces the
     # input gradient (reduce-scatter with SP)
     head_b = 2.0 * head_gemm + np.where(batch.tp > 1, np.where(sp, rs, ar), 0.0)
+    if fw.grad_accum_bytes > 0:
+        # the word embedding's gradient is zero-filled [V/t, h] (dense embedding backward)
+        # then accumulated; the output layer's weight gradient is accumulated likewise
+        emb_b = emb_b + memop((accum_bytes + 2.0) * V * h / t, 2.0)
+        head_b = head_b + memop(accum_bytes * V * h / t, 1.0)
     emb_t = emb_f + emb_b
     head_t = head_f + head_b
 

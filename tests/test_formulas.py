@@ -269,3 +269,34 @@ def test_rules_reject_uneven_ffn_and_unaligned_fp8():
     # 11008 / 8 = 1376 = 16 x 86; 11008 / 32 = 344 = 8 x 43
     assert TP_DIVIDES_FFN(ctx, b).tolist() == [True, True, True, True]
     assert FP8_ALIGNMENT(ctx, b).tolist() == [True, True, True, False]
+
+
+def test_deepspeed_gradient_accumulation_traffic(monkeypatch):
+    # Megatron-DeepSpeed accumulates each micro-batch's gradient outside the GEMMs: 6 bytes per
+    # local parameter per micro-batch (fp16), plus the word embedding's zero-filled gradient.
+    from dataclasses import replace
+
+    from costmodel import calibration as C
+    from costmodel.batch import ConfigBatch
+    from costmodel.compute import padded_vocab
+    from costmodel.hardware import default_cluster
+    from costmodel.model import score
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    model = ModelSpec(name="m", num_layers=2, hidden_size=2048, num_attention_heads=16,
+                      ffn_hidden_size=8192, vocab_size=50000)
+    cluster = default_cluster(1)
+    training = TrainingSpec(seq_length=1024, global_batch_size=8, framework="deepspeed",
+                            flash_attention=False)
+    batch = ConfigBatch.from_configs([ParallelConfig(micro_batch_size=2, precision="fp16")])
+    with_accum = score(model, cluster, training, batch).step_time_s[0]
+    monkeypatch.setitem(C.FRAMEWORKS, "deepspeed",
+                        replace(C.FRAMEWORKS["deepspeed"], grad_accum_bytes=0.0))
+    without = score(model, cluster, training, batch).step_time_s[0]
+    eff = C.efficiency_for(80)
+    bw = eff.memory * cluster.gpu.memory_bandwidth_bytes_per_s
+    m = 8 / 2
+    V = float(padded_vocab(50000, 1))
+    per_mb = (6.0 * 2 * model.params_per_layer + (6.0 + 2.0) * V * 2048 + 6.0 * V * 2048) / bw
+    kernels = (2 * 1 + 2 + 1) * eff.kernel_overhead_s  # one per layer, two emb, one head
+    assert with_accum - without == pytest.approx(m * per_mb + m * kernels, rel=1e-6)
