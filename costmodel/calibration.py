@@ -133,8 +133,9 @@ class FrameworkCosts:
     # read it in the backward) is 16.
     loss_bytes_per_logit: float = 16.0
     # HBM bytes per local parameter per micro-batch of gradient accumulation outside the GEMM:
-    # PyTorch's AccumulateGrad adds each micro-batch's fresh 16-bit gradient into param.grad
-    # (read 2 + 2, write 2 = 6; with bf16_fp32_grads the buffer is fp32: read 2 + 4, write 4)
+    # PyTorch's AccumulateGrad adds each later micro-batch's fresh 16-bit gradient into
+    # param.grad (the first one is handed over) (read 2 + 2, write 2 = 6; with
+    # bf16_fp32_grads the buffer is fp32: read 2 + 4, write 4)
     # unless the framework fuses accumulation into the weight-gradient GEMM (Megatron-LM's
     # gradient_accumulation_fusion into the fp32 main_grad). The word embedding's dense
     # backward also zero-fills a full [V/t, h] gradient every micro-batch (+2).

@@ -186,7 +186,7 @@ class _Collectives:
 
 
 LAYER_TERMS = ("layer_f", "layer_b", "layer_rc", "layer_tp", "layer_host", "emb_t", "head_t",
-               "per_layer_act", "full_layer_act")
+               "per_layer_act", "full_layer_act", "layer_accum", "emb_accum", "head_accum")
 
 
 def _layer_key(batch: ConfigBatch, tp_nodes: np.ndarray) -> np.ndarray:
@@ -276,12 +276,13 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
                      6.0)
     layer_f = t_gemm_f + t_attn_f + t_elem_f
     layer_b = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_elem_f
-    # gradient accumulation outside the GEMMs (AccumulateGrad into param.grad), once per
-    # micro-batch per local parameter; an fp32 buffer (bf16_fp32_grads) moves 4 bytes more
+    # gradient accumulation outside the GEMMs (AccumulateGrad adds a micro-batch's gradient
+    # into param.grad; the first micro-batch of a step only hands it over, so score() charges
+    # it (m - 1) / m per micro-batch); an fp32 buffer (bf16_fp32_grads) moves 4 bytes more
     bf16 = prec == PRECISIONS.index("bf16")
     accum_bytes = fw.grad_accum_bytes + np.where(bf16 & fw.bf16_fp32_grads, 4.0, 0.0)
-    if fw.grad_accum_bytes > 0:
-        layer_b = layer_b + memop(accum_bytes * float(model.params_per_layer) / t)
+    has_accum = fw.grad_accum_bytes > 0
+    layer_accum = memop(accum_bytes * float(model.params_per_layer) / t) if has_accum else 0.0
     layer_rc = np.where(rc == 2, layer_f, np.where(rc == 1, t_attn_recompute, 0.0))
 
     # ---- TP collectives per layer per micro-batch (Shoeybi et al. 2019; Korthikanti 4.2.2) --
@@ -329,11 +330,13 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     # the output layer's input is copied into the TP region: its backward all-reduces the
     # input gradient (reduce-scatter with SP)
     head_b = 2.0 * head_gemm + np.where(batch.tp > 1, np.where(sp, rs, ar), 0.0)
-    if fw.grad_accum_bytes > 0:
-        # the word embedding's gradient is zero-filled [V/t, h] (dense embedding backward)
-        # then accumulated; the output layer's weight gradient is accumulated likewise
-        emb_b = emb_b + memop((accum_bytes + 2.0) * V * h / t, 2.0)
-        head_b = head_b + memop(accum_bytes * V * h / t, 1.0)
+    # the word embedding's dense backward zero-fills a [V/t, h] gradient every micro-batch;
+    # it and the output layer's weight gradient are then accumulated like the layers'
+    emb_accum = head_accum = 0.0
+    if has_accum:
+        emb_b = emb_b + memop(2.0 * V * h / t)
+        emb_accum = memop(accum_bytes * V * h / t)
+        head_accum = emb_accum
     emb_t = emb_f + emb_b
     head_t = head_f + head_b
 
@@ -400,7 +403,12 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     terms = _layer_terms(model, training, eff, fw, gpu, _Collectives(system, sub, layout[lfirst]),
                          sub, geo["tp_nodes"][lfirst])
     (layer_f, layer_b, layer_rc, layer_tp, layer_host, emb_t, head_t, per_layer_act,
-     full_layer_act) = (terms[k][linv] for k in LAYER_TERMS)
+     full_layer_act, layer_accum, emb_accum, head_accum) = (terms[k][linv] for k in LAYER_TERMS)
+    # gradient accumulation outside the GEMMs: every micro-batch but a step's first
+    later = (m - 1.0) / m
+    layer_b = layer_b + later * layer_accum
+    emb_t = emb_t + later * emb_accum
+    head_t = head_t + later * head_accum
     tokens = b * s
     act = tokens * h * ea
 

@@ -297,6 +297,10 @@ def test_deepspeed_gradient_accumulation_traffic(monkeypatch):
     bw = eff.memory * cluster.gpu.memory_bandwidth_bytes_per_s
     m = 8 / 2
     V = float(padded_vocab(50000, 1))
-    per_mb = (6.0 * 2 * model.params_per_layer + (6.0 + 2.0) * V * 2048 + 6.0 * V * 2048) / bw
-    kernels = (2 * 1 + 2 + 1) * eff.kernel_overhead_s  # one per layer, two emb, one head
-    assert with_accum - without == pytest.approx(m * per_mb + m * kernels, rel=1e-6)
+    # accumulation on every micro-batch but the first (the first hands its gradient over),
+    # one kernel per layer, embedding and output layer; the embedding's zero-fill every time
+    accum = (6.0 * 2 * model.params_per_layer + 6.0 * V * 2048 + 6.0 * V * 2048) / bw
+    zero = 2.0 * V * 2048 / bw
+    k = eff.kernel_overhead_s
+    expected = (m - 1) * (accum + 4 * k) + m * (zero + k)
+    assert with_accum - without == pytest.approx(expected, rel=1e-6)
