@@ -31,6 +31,7 @@ from search_spaces.rules import Context
 ROOT = Path(__file__).resolve().parents[1]
 PG_URL = os.environ.get("PARAPLAN_TEST_POSTGRES",
                         "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("PARAPLAN_TEST_REDIS", "redis://127.0.0.1:6379/0")
 CLI = [sys.executable, "-m", "optimizer.cli"]
 
 
@@ -385,11 +386,26 @@ def _postgres_or_skip():
                     f"{str(e).strip().splitlines()[0]}")
 
 
-def test_two_workers_share_one_postgres_study():
-    _postgres_or_skip()
+def _redis_or_skip():
+    try:
+        import redis
+    except ImportError:
+        pytest.skip("redis is not installed (pip install 'paraplan[redis]')")
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).ping()
+    except Exception as e:
+        pytest.skip(f"Redis at {REDIS_URL} is unreachable: {str(e).strip().splitlines()[0]}")
+
+
+@pytest.mark.parametrize("backend", ["postgres", "redis"])
+def test_two_workers_share_one_study(backend):
+    # two `optimize` processes on one study in a shared storage: PostgreSQL (RDB storage) or
+    # Redis (Optuna's journal on a Redis list)
+    url = {"postgres": PG_URL, "redis": REDIS_URL}[backend]
+    {"postgres": _postgres_or_skip, "redis": _redis_or_skip}[backend]()
     name = f"pytest-{uuid.uuid4().hex[:12]}"
     args = [*CLI, "--model", "7b", "--gpus", "8", "--sampler", "tpe", "--trials", "120",
-            "--batch-size", "8", "--storage", PG_URL, "--study-name", name, "--json"]
+            "--batch-size", "8", "--storage", url, "--study-name", name, "--json"]
     try:
         procs = [subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -397,7 +413,7 @@ def test_two_workers_share_one_postgres_study():
         for p, (_, err) in zip(procs, outs, strict=True):
             assert p.returncode == 0, err
         docs = [json.loads(out) for out, _ in outs]
-        states, study = _states(PG_URL, name)
+        states, study = _states(url, name)
         assert _finished(states) == 120  # exactly the budget, whatever the interleaving
         assert states.count(TrialState.RUNNING) == 0
         limit = docs[0]["inputs"]["memory_limit_bytes"]
@@ -407,6 +423,6 @@ def test_two_workers_share_one_postgres_study():
         assert len(workers) == 2  # both processes asked trials
     finally:
         try:
-            optuna.delete_study(study_name=name, storage=PG_URL)
+            optuna.delete_study(study_name=name, storage=st.open_storage(url))
         except Exception:
             pass
