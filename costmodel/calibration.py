@@ -140,6 +140,19 @@ class FrameworkCosts:
     # gradient_accumulation_fusion into the fp32 main_grad). The word embedding's dense
     # backward also zero-fills a full [V/t, h] gradient every micro-batch (+2).
     grad_accum_bytes: float = 0.0
+    # Bytes per gradient element on the wire of the data-parallel reduction of 16-bit (and
+    # fp8) training; 0 means the gradient buffer's own width (GRAD_BYTES: Megatron-LM reduces
+    # its fp32 main_grad). DeepSpeed reduces in ``communication_data_type``, which defaults to
+    # the training dtype, fp16 or bf16 (engine.py communication_data_type / allreduce_bucket;
+    # BF16_Optimizer's fp32 accumulators are cast to bf16 for the all-reduce; ZeRO 1-3 reduce
+    # and gather in the same dtype): 2 bytes. fp32 training stays at 4.
+    grad_comm_bytes: float = 0.0
+    # Pipeline send/recv are blocking and not batched (DeepSpeed PipelineEngine: p2p.send /
+    # p2p.recv one after another, each waited on by the compute stream), so a middle stage pays
+    # its four transfers per micro-batch (receive activation, send activation, receive
+    # gradient, send gradient) one after another; Megatron-LM batches each send with the
+    # opposite receive (send_forward_recv_backward), two transfer times.
+    serial_p2p: bool = False
 
 
 FRAMEWORKS: dict[str, FrameworkCosts] = {
@@ -147,6 +160,7 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
     "deepspeed": FrameworkCosts(layer_pass_s=0.85e-3, collective_s=0.05e-3,
                                 elementwise_traffic=1.5, pipe_buffers=True,
                                 engine_buffer_bytes=2 * 5e8 * 2, bf16_fp32_grads=True,
-                                loss_bytes_per_logit=58.0, grad_accum_bytes=6.0),
+                                loss_bytes_per_logit=58.0, grad_accum_bytes=6.0,
+                                grad_comm_bytes=2.0, serial_p2p=True),
     "fsdp": FrameworkCosts(layer_pass_s=0.0, elementwise_traffic=2.0),
 }

@@ -422,7 +422,9 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     body = Ls * layer_total
     single = batch.pp == 1
     first = np.where(single, body + emb_t + head_t, body + emb_t + pp_mb)
-    middle = body + pp_mb
+    # a middle stage of a framework with serial blocking p2p (DeepSpeed) pays 4 transfers
+    pp_mid = np.where(fw.serial_p2p & (batch.pp >= 3), 2.0 * pp_mb, pp_mb)
+    middle = body + pp_mid
     last = np.where(single, first, body + head_t + pp_mb)
     span, steady, bubble = pipeline_span_s(first, middle, last, batch.pp, m, sched, v)
     slowest_is_last = (last >= first) & ~single
@@ -435,7 +437,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     recompute_mb = Ls * layer_rc
     tp_mb = Ls * layer_tp
     host_mb = Ls * layer_host
-    pp_steady = np.where(single, 0.0, pp_mb)
+    pp_steady = np.where(single, 0.0, np.where(slowest_is_mid, pp_mid, pp_mb))
     # residual rounding (e.g. SP collectives inside emb/head) folds into compute
     compute_mb = compute_mb + (steady / m - (compute_mb + recompute_mb + tp_mb + host_mb
                                              + pp_steady))
@@ -454,11 +456,15 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     psi_max = np.maximum(psi_first, np.where(single, 0.0, psi_last))
     pb, gb, ob = PARAM_BYTES[prec], GRAD_BYTES[prec], OPTIMIZER_BYTES[prec]
     dp_n, dp_nodes = batch.dp, geo["dp_nodes"]
-    grad_bytes = psi_max * gb
+    # bytes per gradient on the wire (FrameworkCosts.grad_comm_bytes: DeepSpeed reduces 16-bit
+    # gradients in the training dtype)
+    gcomm = (np.where(PARAM_BYTES[prec] < 4.0, fw.grad_comm_bytes, gb) if fw.grad_comm_bytes
+             else gb)
+    grad_bytes = psi_max * gcomm
     t_ar = comm.time_s("allreduce", grad_bytes, dp_n, dp_nodes)
     t_rs = comm.time_s("reducescatter", grad_bytes, dp_n, dp_nodes)
     t_ag = comm.time_s("allgather", psi_max * pb, dp_n, dp_nodes)
-    bucket = np.minimum(grad_bytes, np.maximum(DDP_BUCKET_ELEMENTS, 1e6 * d) * gb)
+    bucket = np.minimum(grad_bytes, np.maximum(DDP_BUCKET_ELEMENTS, 1e6 * d) * gcomm)
     t_bucket = np.where(z == 0, comm.time_s("allreduce", bucket, dp_n, dp_nodes),
                         comm.time_s("reducescatter", bucket, dp_n, dp_nodes))
     window_b = Ls * layer_b  # backward of the last micro-batch on the first stage
@@ -499,7 +505,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     tied_sync = np.zeros_like(t)
     if model.tied_embeddings:
         tied_sync = np.where(batch.pp > 1,
-                             comm.time_s("allreduce", V * h / t * gb, 2,
+                             comm.time_s("allreduce", V * h / t * gcomm, 2,
                                          np.where(geo["pp_inter"] > 0.5, 2, 1)), 0.0)
 
     # ---- optimizer step (memory bound on the local shard) --------------------------------------
@@ -562,7 +568,8 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     n_gpus = t * p * d
     flops = model_flops_per_step(model, training.seq_length, training.global_batch_size)
     # the mean over stages of the true work: L layers (not p x ceil(L/p)), embedding, LM head
-    stage_mean = np.where(single, first, (L * layer_total + emb_t + head_t) / p + pp_mb)
+    stage_mean = np.where(single, first, (L * layer_total + emb_t + head_t
+                                          + 2.0 * pp_mb + np.maximum(p - 2, 0) * pp_mid) / p)
     slow = np.where(single, first, np.maximum(np.maximum(first, last),
                                               np.where(batch.pp >= 3, middle, 0.0)))
     with np.errstate(invalid="ignore", divide="ignore"):

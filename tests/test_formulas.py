@@ -304,3 +304,48 @@ def test_deepspeed_gradient_accumulation_traffic(monkeypatch):
     k = eff.kernel_overhead_s
     expected = (m - 1) * (accum + 4 * k) + m * (zero + k)
     assert with_accum - without == pytest.approx(expected, rel=1e-6)
+
+
+def test_deepspeed_reduces_gradients_in_the_training_dtype():
+    # DeepSpeed all-reduces 16-bit gradients (communication_data_type defaults to the model
+    # dtype); Megatron-LM reduces its fp32 main_grad: twice the bytes on the wire.
+    from costmodel.batch import ConfigBatch
+    from costmodel.hardware import default_cluster
+    from costmodel.model import score
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    model = ModelSpec(name="m", num_layers=8, hidden_size=4096, num_attention_heads=32,
+                      ffn_hidden_size=16384, vocab_size=50000)
+    cluster = default_cluster(32)
+    batch = ConfigBatch.from_configs([ParallelConfig(tp=2, dp=16, precision="bf16")])
+    total = {fw: score(model, cluster, TrainingSpec(seq_length=2048, global_batch_size=64,
+                                                    framework=fw), batch).dp_comm_total_s[0]
+             for fw in ("megatron", "deepspeed")}
+    assert total["deepspeed"] < 0.6 * total["megatron"]
+
+
+def test_deepspeed_middle_stages_pay_serial_transfers(monkeypatch):
+    # DeepSpeed's pipeline engine sends and receives one transfer after another: a middle
+    # stage pays four per micro-batch where Megatron's batched send/recv pairs pay two. The
+    # fill and drain pass through the p - 2 middle stages, so the step grows by at least
+    # (p - 2) extra transfer pairs.
+    from dataclasses import replace
+
+    from costmodel import calibration as C
+    from costmodel.batch import ConfigBatch
+    from costmodel.hardware import default_cluster
+    from costmodel.model import score
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    model = ModelSpec(name="m", num_layers=8, hidden_size=4096, num_attention_heads=32,
+                      ffn_hidden_size=16384, vocab_size=50000)
+    cluster = default_cluster(32)
+    training = TrainingSpec(seq_length=2048, global_batch_size=32, framework="deepspeed")
+    batch = ConfigBatch.from_configs([ParallelConfig(tp=8, pp=4, dp=1, precision="bf16")])
+    serial = score(model, cluster, training, batch)
+    monkeypatch.setitem(C.FRAMEWORKS, "deepspeed",
+                        replace(C.FRAMEWORKS["deepspeed"], serial_p2p=False))
+    paired = score(model, cluster, training, batch)
+    pair = paired.time_breakdown_s["pp_comm"][0] / paired.microbatches[0]  # 2 transfers
+    extra = serial.step_time_s[0] - paired.step_time_s[0]
+    assert extra >= (4 - 2) * pair * (1 - 1e-9)
