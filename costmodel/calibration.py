@@ -42,7 +42,7 @@ class Efficiency:
 # attention 0.18; the grid's best, 0.66/0.18, gives 4.3%); the second number is the
 # FlashAttention-2/Triton era of those runs (their 16k-65k-token rows pin it), cuDNN/FA3 kernels
 # reach more - a known limitation. Megatron-Core's H100 weak-scaling table (41-49% MFU, no
-# micro-batch given, so only a sanity check at micro-batch 1) comes out at 0.89x its MFU on
+# micro-batch given, so only a sanity check at micro-batch 1) comes out at 0.88x its MFU on
 # average, the rest being its unstated interleaving and the DP reduce-scatter of dp=48 runs.
 # fp8 GEMMs reach ``fp8_gemm_scale`` x the bf16 fraction of their own (2x) peak: cast and
 # scaling kernels, and GEMMs kept in bf16, leave end-to-end fp8 speed-ups near 1.3-1.5x
@@ -56,7 +56,8 @@ class Efficiency:
 # not measured: (16-bit CUDA-core peak / dense Tensor Core peak) x (an assumed 0.4 reached by
 # such kernels / ``gemm``) - A100 78/312 x 0.4/0.8 = 0.125, H100 SXM 134/989 x 0.4/0.68 =
 # 0.08, V100 31/125 x 0.4/0.75 = 0.13 - and checked on BLOOM's head-dimension 108 and 150
-# runs (-33..-37% -> -21..-28%: it explains part of their slowness). It applies to GEMMs the
+# runs (their errors shrink from about -33% to -10..-23%: it explains part of their slowness,
+# not all). It applies to GEMMs the
 # model runs through cuBLAS: the linears and the unfused attention core; fused attention
 # instead pads the head dimension to its kernels' step (compute.py / model.py).
 _AMPERE = Efficiency(gemm=0.80, gemm_k_half=128.0, memory=0.85, attention=0.35,

@@ -458,8 +458,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     dp_n, dp_nodes = batch.dp, geo["dp_nodes"]
     # bytes per gradient on the wire (FrameworkCosts.grad_comm_bytes: DeepSpeed reduces 16-bit
     # gradients in the training dtype)
-    gcomm = (np.where(PARAM_BYTES[prec] < 4.0, fw.grad_comm_bytes, gb) if fw.grad_comm_bytes
-             else gb)
+    gcomm = np.where((fw.grad_comm_bytes > 0) & (pb < 4.0), fw.grad_comm_bytes, gb)
     grad_bytes = psi_max * gcomm
     t_ar = comm.time_s("allreduce", grad_bytes, dp_n, dp_nodes)
     t_rs = comm.time_s("reducescatter", grad_bytes, dp_n, dp_nodes)
