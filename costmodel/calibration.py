@@ -57,9 +57,9 @@ class Efficiency:
 # such kernels / ``gemm``) - A100 78/312 x 0.4/0.8 = 0.125, H100 SXM 134/989 x 0.4/0.68 =
 # 0.08, V100 31/125 x 0.4/0.75 = 0.13 - and checked on BLOOM's head-dimension 108 and 150
 # runs (their errors shrink from about -33% to -10..-23%: it explains part of their slowness,
-# not all). It applies to GEMMs the
-# model runs through cuBLAS: the linears and the unfused attention core; fused attention
-# instead pads the head dimension to its kernels' step (compute.py / model.py).
+# not all). It applies to GEMMs the model runs through cuBLAS: the linears and the unfused
+# attention core; fused attention instead pads the head dimension to its kernels' step
+# (compute.py / model.py).
 _AMPERE = Efficiency(gemm=0.80, gemm_k_half=128.0, memory=0.85, attention=0.35,
                      kernel_overhead_s=4e-6, step_overhead_s=0.0,
                      cuda_context_bytes=1.5e9, allocator_fraction=0.05, gemm_misaligned=0.125)
