@@ -572,13 +572,18 @@ def mixture_of_experts(model: Mapping[str, Any], par: Mapping[str, Any]) -> str:
 
 def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run:
     """Map one ``published_runs.yaml`` entry; raises :class:`SkipEntry` with the reason."""
+    if not isinstance(entry, Mapping):
+        raise SkipEntry(f"malformed entry: a {type(entry).__name__}, not a mapping")
     eid = str(entry.get("id", "?"))
     group = str(entry.get("group", ""))
-    model = entry.get("model") or {}
-    hardware = entry.get("hardware") or {}
-    par = entry.get("parallel") or {}
-    measured = entry.get("measured") or {}
-    derived = entry.get("derived") or {}
+    sections = {}
+    for key in ("model", "hardware", "parallel", "measured", "derived"):
+        value = entry.get(key) or {}
+        if not isinstance(value, Mapping):
+            raise SkipEntry(f"malformed entry: {key} is a {type(value).__name__}, "
+                            "not a mapping")
+        sections[key] = value
+    model, hardware, par, measured, derived = sections.values()
     if group.startswith("nccl") or "busbw_GBps" in measured:
         raise SkipEntry("NCCL bus-bandwidth entry (see the NCCL section)")
     if str(entry.get("type", "")) == "analytical_formula":
@@ -685,6 +690,10 @@ def collect_runs(entries: Iterable[Mapping[str, Any]], vtrain_rows: Iterable[Map
     out = Collected()
     for e in entries:
         out.n_entries += 1
+        if not isinstance(e, Mapping):
+            out.skipped.append({"id": "?", "group": "", "reason":
+                                f"malformed entry: a {type(e).__name__}, not a mapping"})
+            continue
         group = str(e.get("group", ""))
         if group.startswith("nccl"):
             out.nccl_entries.append(dict(e))
@@ -703,6 +712,10 @@ def collect_runs(entries: Iterable[Mapping[str, Any]], vtrain_rows: Iterable[Map
         out.runs.append(run)
     for r in vtrain_rows:
         out.n_entries += 1
+        if not isinstance(r, Mapping):
+            out.skipped.append({"id": "?", "group": VTRAIN_SINGLE_GROUP, "reason":
+                                f"malformed row: a {type(r).__name__}, not a mapping"})
+            continue
         try:
             out.runs.append(map_vtrain_row(r))
         except SkipEntry as s:

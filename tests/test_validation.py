@@ -515,3 +515,26 @@ def test_korthikanti_table5_each_close(result):
     bad = {x["id"]: round(x["ape"], 3) for x in result["korthikanti_table5"]["runs"]
            if not x["ape"] <= v.THRESHOLDS["korthikanti_table5_max_ape"]}
     assert bad == {}
+
+
+def test_malformed_entries_are_skipped_with_a_reason():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    junk = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                        lambda c: st.lists(c, max_size=3)
+                        | st.dictionaries(st.sampled_from(
+                            ["id", "group", "model", "hardware", "parallel", "measured",
+                             "derived", "tp", "pp", "dp", "micro_batch", "global_batch", "name",
+                             "experts", "ep", "moe", "layers", "hidden", "heads", "gpu",
+                             "num_gpus", "cp", "iteration_time_s"]), c, max_size=6),
+                        max_leaves=20)
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(junk, max_size=4), st.lists(junk, max_size=2))
+    def check(entries, rows):
+        col = v.collect_runs(entries, rows)  # never raises: every entry is mapped or skipped
+        assert len(col.runs) + len(col.skipped) == col.n_entries == len(entries) + len(rows)
+        assert all(x["reason"] for x in col.skipped)
+
+    check()
