@@ -99,7 +99,8 @@ Metrics
 - Korthikanti Table 4: one transformer layer's forward + backward (+ recompute) time for one
   micro-batch. The model's per-stage breakdown lumps layers with the embedding and LM head, so
   the layer time is isolated as the difference of (compute + recompute + tp_comm) per
-  micro-batch between the model with L and with L - 1 layers (everything else cancels).
+  micro-batch between the model with L and with L - pp layers (one layer less per stage;
+  everything else cancels).
 - NCCL: nccl-tests AllReduce bus bandwidth at 8 GiB predicted by
   :func:`costmodel.collectives.collective_time_s` (busbw = S/t x 2(n-1)/n) vs the published
   peak; the interconnect text is mapped to a catalog cluster (see :func:`nccl_case`).
@@ -772,11 +773,13 @@ def predict(runs: Sequence[Run]) -> tuple[dict[str, Predicted], list[dict]]:
         for rr, sc in batches:
             for i, r in enumerate(rr):
                 out[r.id] = Predicted(float(sc.step_time_s[i]), float(sc.peak_memory_bytes[i]))
-    # Korthikanti Table 4: one layer = difference between L and L - 1 layers
+    # Korthikanti Table 4: one layer = difference between L and L - pp layers (one layer less
+    # on every pipeline stage, so the heaviest stage's ceil(L/pp) drops by exactly one)
     for r in runs:
-        if r.per_layer_s is None or r.id not in out or r.model.num_layers < 2:
+        pp = r.parallel.pp
+        if r.per_layer_s is None or r.id not in out or r.model.num_layers <= pp:
             continue
-        fewer = replace(r.model, num_layers=r.model.num_layers - 1)
+        fewer = replace(r.model, num_layers=r.model.num_layers - pp)
         try:
             a = _score_group(r.model, r.cluster, r.training, [r.parallel])
             b = _score_group(fewer, r.cluster, r.training, [r.parallel])
