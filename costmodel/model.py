@@ -267,9 +267,11 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
         t_attn_f = score_gemm + ctx_gemm + softmax
         t_attn_b = 2.0 * (score_gemm + ctx_gemm) + 2.0 * softmax
         t_attn_recompute = t_attn_f
-    # memory-bound element-wise ops: 2 norms (4sbh), 2 residual adds (6sbh), dropout (4sbh),
-    # activation (gated 3sbf, plain 2sbf), rotary on q,k (2sb(a+g)d_h)
-    outside = (10.0 + (4.0 if training.dropout else 0.0)) * tokens * h * ea
+    # memory-bound element-wise ops: 2 norms (4sbh), 2 residual adds (6sbh), activation (gated
+    # 3sbf, plain 2sbf), rotary on q,k (2sb(a+g)d_h); hidden dropout is fused into the
+    # bias-dropout-add kernels (Megatron-LM bias_dropout_add_fused_train), which only add
+    # the write of two 1-byte masks (sbh in 16-bit elements)
+    outside = (10.0 + (1.0 if training.dropout else 0.0)) * tokens * h * ea
     inside = ((3.0 if model.gated_mlp else 2.0) * tokens * f
               + 2.0 * tokens * (a + g) * hd) * ea
     t_elem_f = memop(fw.elementwise_traffic * (outside / np.where(sp, t, 1.0) + inside / t),
@@ -303,10 +305,21 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
                 + (1.0 - eff.overlap_hidden) * np.minimum(comm_s, window_s))
 
     layer_tp = np.where(batch.tp > 1, n_collectives * (np.where(sp, ag + rs, ar) + cs), 0.0)
+    if fw.async_tp_grad:
+        # the column-parallel linears' (QKV, FC1) input gradient is all-reduced (reduce-
+        # scattered with SP) asynchronously while their weight-gradient GEMM runs (Megatron-LM
+        # LinearWithGradAccumulationAndAsyncCommunication): two of the backward collectives
+        # are hidden behind a GEMM as long as the forward one, up to the overlap share
+        grad_coll = np.where(sp, rs, ar) + cs
+        hidden_bwd = (2.0 * grad_coll - exposed(grad_coll, t_qkv) - exposed(grad_coll, t_fc1))
+        layer_tp = layer_tp - np.where(batch.tp > 1, hidden_bwd, 0.0)
+        regather_window = 1.0  # the weight-gradient GEMM is taken: dgrad only
+    else:
+        regather_window = 2.0
     # sequence parallelism re-gathers the input of the QKV and FC1 linears in the backward
     # (Korthikanti et al. 4.2.2) for their weight gradients, overlapped with those linears'
     # backward GEMMs
-    regather = exposed(ag, 2.0 * t_qkv) + exposed(ag, 2.0 * t_fc1)
+    regather = (exposed(ag, regather_window * t_qkv) + exposed(ag, regather_window * t_fc1))
     layer_tp = layer_tp + np.where(sp, regather, 0.0)
     if training.tp_comm_overlap:
         # Megatron-Core --tp-comm-overlap (Transformer Engine userbuffers), sequence parallel
@@ -415,7 +428,13 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     # ---- pipeline point-to-point per micro-batch ----------------------------------------------
     p2p_bytes = act / np.where(batch.tp > 1, t, 1.0)  # scatter/gather optimisation
     p2p_one = coll.p2p_time_s(system, p2p_bytes, geo["pp_inter"] > 0.5)
-    pp_mb = np.where(batch.pp > 1, 2.0 * v * p2p_one, 0.0)
+    # the receiver re-assembles the full tensor with an all-gather over the TP group
+    # (Narayanan et al. 2021 4.1; DeepSpeed's partitioned pipe activations and gradients);
+    # with sequence parallelism the tensor is already split along the sequence: no gather
+    sp_on = batch.sequence_parallel & (batch.tp > 1)
+    regroup = np.where((batch.tp > 1) & ~sp_on,
+                       comm.time_s("allgather", act, batch.tp, geo["tp_nodes"]), 0.0)
+    pp_mb = np.where(batch.pp > 1, 2.0 * v * (p2p_one + regroup), 0.0)
 
     # ---- per-stage micro-batch times ----------------------------------------------------------
     layer_total = layer_f + layer_b + layer_rc + layer_tp + layer_host
