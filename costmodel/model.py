@@ -272,8 +272,12 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     # bias-dropout-add kernels (Megatron-LM bias_dropout_add_fused_train), which only add
     # the write of two 1-byte masks (sbh in 16-bit elements)
     outside = (10.0 + (1.0 if training.dropout else 0.0)) * tokens * h * ea
+    # rotary on q and k unless positions are a learned table (GPT-2/3 style); ALiBi models
+    # (BLOOM, MPT), which have neither, are charged the rotary pass too (ModelSpec does not
+    # tell ALiBi from RoPE; the FSDP fusion factor was fitted on MPT with it)
+    rotary = 0.0 if model.learned_position_embeddings else 2.0
     inside = ((3.0 if model.gated_mlp else 2.0) * tokens * f
-              + 2.0 * tokens * (a + g) * hd) * ea
+              + rotary * tokens * (a + g) * hd) * ea
     t_elem_f = memop(fw.elementwise_traffic * (outside / np.where(sp, t, 1.0) + inside / t),
                      6.0)
     layer_f = t_gemm_f + t_attn_f + t_elem_f
