@@ -438,7 +438,11 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     sp_on = batch.sequence_parallel & (batch.tp > 1)
     regroup = np.where((batch.tp > 1) & ~sp_on,
                        comm.time_s("allgather", act, batch.tp, geo["tp_nodes"]), 0.0)
-    pp_mb = np.where(batch.pp > 1, 2.0 * v * (p2p_one + regroup), 0.0)
+    # per micro-batch: 2v transfers on every stage (activation out and gradient in on the
+    # first, the reverse on the last); the first and last stage receive one tensor fewer
+    # (2v - 1 re-gathers), a middle stage 2v
+    pp_mb = np.where(batch.pp > 1, 2.0 * v * p2p_one + (2.0 * v - 1.0) * regroup, 0.0)
+    pp_mb_mid = np.where(batch.pp > 1, 2.0 * v * (p2p_one + regroup), 0.0)
 
     # ---- per-stage micro-batch times ----------------------------------------------------------
     layer_total = layer_f + layer_b + layer_rc + layer_tp + layer_host
@@ -446,7 +450,8 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     single = batch.pp == 1
     first = np.where(single, body + emb_t + head_t, body + emb_t + pp_mb)
     # a middle stage of a framework with serial blocking p2p (DeepSpeed) pays 4 transfers
-    pp_mid = np.where(fw.serial_p2p & (batch.pp >= 3), 2.0 * pp_mb, pp_mb)
+    # (the re-gathers run once per received tensor either way)
+    pp_mid = pp_mb_mid + np.where(fw.serial_p2p & (batch.pp >= 3), 2.0 * v * p2p_one, 0.0)
     middle = body + pp_mid
     last = np.where(single, first, body + head_t + pp_mb)
     span, steady, bubble = pipeline_span_s(first, middle, last, batch.pp, m, sched, v)

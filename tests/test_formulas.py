@@ -341,7 +341,8 @@ def test_deepspeed_middle_stages_pay_serial_transfers(monkeypatch):
                       ffn_hidden_size=16384, vocab_size=50000)
     cluster = default_cluster(32)
     training = TrainingSpec(seq_length=2048, global_batch_size=32, framework="deepspeed")
-    batch = ConfigBatch.from_configs([ParallelConfig(tp=8, pp=4, dp=1, precision="bf16")])
+    # tp 1: no TP re-gather after a receive, so pp_comm is the transfers alone
+    batch = ConfigBatch.from_configs([ParallelConfig(tp=1, pp=4, dp=8, precision="bf16")])
     serial = score(model, cluster, training, batch)
     monkeypatch.setitem(C.FRAMEWORKS, "deepspeed",
                         replace(C.FRAMEWORKS["deepspeed"], serial_p2p=False))
@@ -349,3 +350,65 @@ def test_deepspeed_middle_stages_pay_serial_transfers(monkeypatch):
     pair = paired.time_breakdown_s["pp_comm"][0] / paired.microbatches[0]  # 2 transfers
     extra = serial.step_time_s[0] - paired.step_time_s[0]
     assert extra >= (4 - 2) * pair * (1 - 1e-9)
+
+
+def test_megatron_hides_the_backward_tp_collectives_behind_weight_gradients(monkeypatch):
+    # Megatron-LM all-reduces the QKV / FC1 input gradient while their weight-gradient GEMM
+    # runs: of the 4 all-reduces per layer (no recompute), 2 stay whole and 2 cost only the
+    # share overlap does not hide, as long as each is shorter than its GEMM (large hidden,
+    # tp 2). Without the overlap (Megatron-DeepSpeed's fork) all 4 are whole.
+    from dataclasses import replace
+
+    from costmodel import calibration as C
+    from costmodel import collectives as coll
+    from costmodel.batch import ConfigBatch
+    from costmodel.hardware import default_cluster
+    from costmodel.model import _system, score
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    model = ModelSpec(name="m", num_layers=4, hidden_size=12288, num_attention_heads=96,
+                      ffn_hidden_size=49152, vocab_size=51200)
+    cluster = default_cluster(8)
+    training = TrainingSpec(seq_length=2048, global_batch_size=8)
+    par = ParallelConfig(tp=2, pp=1, dp=4, micro_batch_size=1, precision="bf16",
+                         recompute="none", sequence_parallel=False)
+    batch = ConfigBatch.from_configs([par])
+    ar = float(np.asarray(coll.collective_time_s(_system(cluster), "allreduce",
+                                                 2048 * 12288 * 2.0, 2, 1).time_s))
+    per_layer = lambda sc: sc.time_breakdown_s["tp_comm"][0] / sc.microbatches[0] / 4  # noqa: E731
+    hidden = C.efficiency_for(cluster.gpu.compute_capability).overlap_hidden
+    overlapped = score(model, cluster, training, batch)
+    assert per_layer(overlapped) == pytest.approx(ar * (2 + 2 * (1 - hidden)), rel=1e-6)
+    monkeypatch.setitem(C.FRAMEWORKS, "megatron",
+                        replace(C.FRAMEWORKS["megatron"], async_tp_grad=False))
+    blocking = score(model, cluster, training, batch)
+    assert per_layer(blocking) == pytest.approx(4 * ar, rel=1e-6)
+
+
+def test_pipeline_receivers_regather_tp_partitions_unless_sequence_parallel():
+    # scatter/gather (Narayanan et al. 2021 4.1): each stage sends b*s*h/t per TP rank and
+    # the receiver all-gathers the full tensor over its TP group; with sequence parallelism
+    # the tensor is already split along the sequence, so nothing is gathered. The last
+    # stage (the heaviest: LM head) receives 2v - 1 tensors per micro-batch.
+    from costmodel import collectives as coll
+    from costmodel.batch import ConfigBatch
+    from costmodel.hardware import default_cluster
+    from costmodel.model import _system, score
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    model = ModelSpec(name="m", num_layers=8, hidden_size=4096, num_attention_heads=32,
+                      ffn_hidden_size=16384, vocab_size=51200)
+    cluster = default_cluster(32)
+    training = TrainingSpec(seq_length=2048, global_batch_size=32)
+    for v in (1, 2):
+        sched = {"schedule": "interleaved", "virtual_stages": v} if v > 1 else {}
+        pp_mb = {}
+        for sp in (False, True):
+            par = ParallelConfig(tp=8, pp=4, dp=1, precision="bf16", sequence_parallel=sp,
+                                 **sched)
+            sc = score(model, cluster, training, ConfigBatch.from_configs([par]))
+            pp_mb[sp] = sc.time_breakdown_s["pp_comm"][0] / sc.microbatches[0]
+        ag = float(np.asarray(coll.collective_time_s(_system(cluster), "allgather",
+                                                     2048 * 4096 * 2.0, 8, 1).time_s))
+        assert ag > 0
+        assert pp_mb[False] - pp_mb[True] == pytest.approx((2 * v - 1) * ag, rel=1e-6)
