@@ -40,11 +40,12 @@ class Efficiency:
 # executes (half the square). Ampere: A100 runs of Megatron-LM (Korthikanti et al. 2022, SC21),
 # vTrain and llm-foundry; 0.78 since the backward TP collectives overlap the weight-gradient
 # GEMMs (``async_tp_grad``) and dropout is fused: Korthikanti's Table 4 layer times are then
-# within 1.3% (MAPE 0.6%) and Table 5 within 4.3% (grid 0.74-0.80: 0.775-0.78 best on both). Hopper: llm-foundry's 35 H100 runs (MAPE 4.7% with gemm 0.68 and
+# within 1.3% (MAPE 0.6%) and Table 5 within 4.3% (grid 0.74-0.80: 0.775-0.78 best on
+# both). Hopper: llm-foundry's 35 H100 runs (MAPE 4.7% with gemm 0.68 and
 # attention 0.18; the grid's best, 0.66/0.18, gives 4.3%); the second number is the
 # FlashAttention-2/Triton era of those runs (their 16k-65k-token rows pin it), cuDNN/FA3 kernels
 # reach more - a known limitation. Megatron-Core's H100 weak-scaling table (41-49% MFU, no
-# micro-batch given, so only a sanity check at micro-batch 1) comes out at 0.88x its MFU on
+# micro-batch given, so only a sanity check at micro-batch 1) comes out at 0.89x its MFU on
 # average, the rest being its unstated interleaving and the DP reduce-scatter of dp=48 runs.
 # fp8 GEMMs reach ``fp8_gemm_scale`` x the bf16 fraction of their own (2x) peak: cast and
 # scaling kernels, and GEMMs kept in bf16, leave end-to-end fp8 speed-ups near 1.3-1.5x
