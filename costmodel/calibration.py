@@ -123,8 +123,9 @@ class FrameworkCosts:
     such as llm-foundry run them mostly unfused).
 
     Fitted on the validation data: DeepSpeed's host cost on vTrain's single-node sweep (714
-    runs: small layers are host-bound at ~3.4 ms per layer and micro-batch, i.e. ~0.85 ms per
-    pass), its element-wise traffic on BLOOM and vTrain, FSDP's on llm-foundry's short-sequence
+    runs: small layers are host-bound at ~3.4 ms per layer and micro-batch at tp > 1 and
+    ~3.0-3.2 ms at tp = 1, i.e. ~0.78 ms per pass plus ~45 us per TP collective call), its
+    element-wise traffic on BLOOM and vTrain, FSDP's on llm-foundry's short-sequence
     runs (where attention is small). Megatron-LM needs none: with its backward TP overlap
     (``async_tp_grad``) Korthikanti et al.'s Table 4 layers are within 1.3% and Table 5's
     iterations within 4.3% with the kernel model alone.
@@ -166,11 +167,23 @@ class FrameworkCosts:
     serial_p2p: bool = False
     # backward TP collectives of QKV / FC1 overlapped with their weight-gradient GEMMs
     async_tp_grad: bool = False
+    # Host time of each blocking TP collective call, on top of ``layer_pass_s`` (tp > 1 only):
+    # Megatron's mappings return at once when the TP group has one rank (_reduce: "Bypass the
+    # function if we are using only 1 GPU"), so a tp = 1 layer issues no collective; with
+    # tp > 1 every all-reduce goes through torch.distributed / ProcessGroupNCCL (checks, work
+    # object, CUDA event record + stream wait on each side, NCCL enqueue and kernel launch).
+    # It only shows where the layer is host-bound.
+    collective_host_s: float = 0.0
 
 
 FRAMEWORKS: dict[str, FrameworkCosts] = {
     "megatron": FrameworkCosts(layer_pass_s=0.0, async_tp_grad=True),
-    "deepspeed": FrameworkCosts(layer_pass_s=0.85e-3, collective_s=0.05e-3,
+    # layer_pass_s + collective_host_s: vTrain's small layers take ~3.4 ms per layer and
+    # micro-batch at tp > 1 (4 passes x 0.7825 ms + 6 collectives x 45 us) and ~3.0-3.2 ms at
+    # tp = 1 (per-layout fits over the 12-24-layer variants: tp=1 2.95-3.2, tp=2 3.32-3.42 ms,
+    # i.e. ~48 us per collective)
+    "deepspeed": FrameworkCosts(layer_pass_s=0.7825e-3, collective_s=0.05e-3,
+                                collective_host_s=45e-6,
                                 elementwise_traffic=1.5, pipe_buffers=True,
                                 engine_buffer_bytes=2 * 5e8 * 2, bf16_fp32_grads=True,
                                 loss_bytes_per_logit=58.0, grad_accum_bytes=6.0,

@@ -362,6 +362,8 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     # framework's host time (per pass: forward, two backward halves, recomputed forward).
     # Only small layers are host-bound.
     host_layer = fw.layer_pass_s * (3.0 + np.where(rc == 2, 1.0, 0.0))
+    # each TP collective's host-side call (a tp = 1 layer makes none)
+    host_layer = host_layer + np.where(batch.tp > 1, n_collectives * fw.collective_host_s, 0.0)
     layer_host = np.maximum(0.0, host_layer - gpu_layer)
     per_layer_act = layer_activation_bytes(model, training.seq_length, b, t, sp, rc,
                                            flash_attention=training.flash_attention,

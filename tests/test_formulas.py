@@ -412,3 +412,37 @@ def test_pipeline_receivers_regather_tp_partitions_unless_sequence_parallel():
                                                      2048 * 4096 * 2.0, 8, 1).time_s))
         assert ag > 0
         assert pp_mb[False] - pp_mb[True] == pytest.approx((2 * v - 1) * ag, rel=1e-6)
+
+
+def test_deepspeed_host_floor_adds_each_tp_collective_call():
+    # a host-bound layer takes the framework's host time: 4 passes with full recompute, plus
+    # one host-side call per blocking TP collective (6 with full recompute) when tp > 1;
+    # Megatron's mappings skip the call entirely at tp = 1
+    from costmodel import model as M
+    from costmodel.batch import ConfigBatch
+    from costmodel.calibration import FRAMEWORKS, efficiency_for
+    from costmodel.hardware import default_cluster
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    model = ModelSpec(name="tiny", num_layers=4, hidden_size=512, num_attention_heads=8,
+                      ffn_hidden_size=2048, vocab_size=51200)
+    cluster = default_cluster(8)
+    training = TrainingSpec(seq_length=512, global_batch_size=8, framework="deepspeed",
+                            flash_attention=False)
+    fw = FRAMEWORKS["deepspeed"]
+    assert fw.collective_host_s > 0
+
+    def layer_s(tp):
+        par = ParallelConfig(tp=tp, pp=1, dp=8 // tp, precision="fp16", recompute="full")
+        batch = ConfigBatch.from_configs([par])
+        geo, layout = M._geometry(cluster, batch.tp, batch.pp, batch.dp)
+        terms = M._layer_terms(model, training, efficiency_for(cluster.gpu.compute_capability),
+                               fw, cluster.gpu, M._Collectives(M._system(cluster), batch, layout),
+                               batch, geo["tp_nodes"])
+        gpu = sum(float(terms[k][0]) for k in ("layer_f", "layer_b", "layer_rc", "layer_tp"))
+        assert float(terms["layer_host"][0]) > 0  # host-bound
+        return gpu + float(terms["layer_host"][0])
+
+    assert layer_s(1) == pytest.approx(4 * fw.layer_pass_s, rel=1e-9)
+    assert layer_s(2) == pytest.approx(4 * fw.layer_pass_s + 6 * fw.collective_host_s,
+                                       rel=1e-9)

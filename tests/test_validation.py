@@ -478,18 +478,17 @@ def test_step_time_every_group_median(result):
     assert bad == {}
 
 
-@pytest.mark.xfail(reason="issue 3 target (mean within-sweep Spearman >= 0.9; CI 0.85) not met: "
-                   "0.84. An exact model would reach ~0.97 under the data's noise "
-                   "(benchmarks/spearman_ceiling.py); the model misses BLOOM's tp=8 slowdown "
-                   "and vTrain's tp=8 host-bound floor; see test_ranking_does_not_regress",
-                   strict=False)
 def test_ranking_within_sweeps(result):
+    # CI threshold (0.85), a little below issue 3's target; 0.855 on 2026-11-30
     assert result["step_time"]["mean_spearman"] >= v.THRESHOLDS["mean_spearman"]
 
 
-def test_ranking_does_not_regress(result):
-    # the level reached by the calibrated model (0.843 on 2026-11-30), minus noise margin
-    assert result["step_time"]["mean_spearman"] >= 0.82
+@pytest.mark.xfail(reason="issue 3 target (mean within-sweep Spearman >= 0.9) not met: 0.855. "
+                   "An exact model would reach ~0.97 under the data's noise "
+                   "(benchmarks/spearman_ceiling.py); BLOOM's 7 small sweeps average 0.07 "
+                   "(docs/cost-model.md, Known gaps)", strict=False)
+def test_ranking_meets_the_issue_target(result):
+    assert result["step_time"]["mean_spearman"] >= 0.9
 
 
 def test_memory_against_bloom_peaks(result):
