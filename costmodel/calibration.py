@@ -174,6 +174,10 @@ class FrameworkCosts:
     # object, CUDA event record + stream wait on each side, NCCL enqueue and kernel launch).
     # It only shows where the layer is host-bound.
     collective_host_s: float = 0.0
+    # DeepSpeed's PipelineEngine keeps only the TP partition of a sent activation and
+    # re-gathers the full tensor for the backward (one more all-gather per micro-batch on
+    # every stage but the last; runtime/pipe/engine.py _exec_backward_pass)
+    pipe_regather_output: bool = False
 
 
 FRAMEWORKS: dict[str, FrameworkCosts] = {
@@ -183,7 +187,7 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
     # tp = 1 (per-layout fits over the 12-24-layer variants: tp=1 2.95-3.2, tp=2 3.32-3.42 ms,
     # i.e. ~48 us per collective)
     "deepspeed": FrameworkCosts(layer_pass_s=0.7825e-3, collective_s=0.05e-3,
-                                collective_host_s=45e-6,
+                                collective_host_s=45e-6, pipe_regather_output=True,
                                 elementwise_traffic=1.5, pipe_buffers=True,
                                 engine_buffer_bytes=2 * 5e8 * 2, bf16_fp32_grads=True,
                                 loss_bytes_per_logit=58.0, grad_accum_bytes=6.0,

@@ -314,8 +314,11 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
         # scattered with SP) asynchronously while their weight-gradient GEMM runs (Megatron-LM
         # LinearWithGradAccumulationAndAsyncCommunication): two of the backward collectives
         # are hidden behind a GEMM as long as the forward one, up to the overlap share
+        # (collective - exposed(collective, window) = overlap_hidden x min(collective, window),
+        # written so that an unrunnable (infinite) collective stays infinite, not NaN)
         grad_coll = np.where(sp, rs, ar) + cs
-        hidden_bwd = (2.0 * grad_coll - exposed(grad_coll, t_qkv) - exposed(grad_coll, t_fc1))
+        hidden_bwd = eff.overlap_hidden * (np.minimum(grad_coll, t_qkv)
+                                           + np.minimum(grad_coll, t_fc1))
         layer_tp = layer_tp - np.where(batch.tp > 1, hidden_bwd, 0.0)
         regather_window = 1.0  # the weight-gradient GEMM is taken: dgrad only
     else:
@@ -345,8 +348,14 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     loss = memop(fw.loss_bytes_per_logit * tokens * V / t, 4.0)  # softmax fwd/bwd passes
     head_f = head_gemm + loss + np.where(sp, ag, 0.0)
     # the output layer's input is copied into the TP region: its backward all-reduces the
-    # input gradient (reduce-scatter with SP)
-    head_b = 2.0 * head_gemm + np.where(batch.tp > 1, np.where(sp, rs, ar), 0.0)
+    # input gradient (reduce-scatter with SP); Megatron-LM runs it through the same linear as
+    # the layers (parallel_lm_logits), so with async_tp_grad it hides behind the weight
+    # gradient, and with SP the input is re-gathered for that weight gradient too
+    head_coll = np.where(batch.tp > 1, np.where(sp, rs, ar), 0.0)
+    if fw.async_tp_grad:
+        head_coll = exposed(head_coll, head_gemm)
+    head_regather = np.where(sp, exposed(ag, regather_window * head_gemm), 0.0)
+    head_b = 2.0 * head_gemm + head_coll + head_regather
     # the word embedding's dense backward zero-fills a [V/t, h] gradient every micro-batch;
     # it and the output layer's weight gradient are then accumulated like the layers'
     emb_accum = head_accum = 0.0
@@ -362,8 +371,10 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     # framework's host time (per pass: forward, two backward halves, recomputed forward).
     # Only small layers are host-bound.
     host_layer = fw.layer_pass_s * (3.0 + np.where(rc == 2, 1.0, 0.0))
-    # each TP collective's host-side call (a tp = 1 layer makes none)
-    host_layer = host_layer + np.where(batch.tp > 1, n_collectives * fw.collective_host_s, 0.0)
+    # each TP collective's host-side call (a tp = 1 layer makes none); with SP each is an
+    # all-gather + reduce-scatter pair, plus the backward's two re-gathers
+    calls = np.where(sp, 2.0 * n_collectives + 2.0, n_collectives)
+    host_layer = host_layer + np.where(batch.tp > 1, calls * fw.collective_host_s, 0.0)
     layer_host = np.maximum(0.0, host_layer - gpu_layer)
     per_layer_act = layer_activation_bytes(model, training.seq_length, b, t, sp, rc,
                                            flash_attention=training.flash_attention,
@@ -445,15 +456,21 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     # (2v - 1 re-gathers), a middle stage 2v
     pp_mb = np.where(batch.pp > 1, 2.0 * v * p2p_one + (2.0 * v - 1.0) * regroup, 0.0)
     pp_mb_mid = np.where(batch.pp > 1, 2.0 * v * (p2p_one + regroup), 0.0)
+    # DeepSpeed frees a sent activation's full tensor and re-gathers it from its partition for
+    # the backward (PipelineEngine._exec_backward_pass: part_output.full()): one more
+    # re-gather per micro-batch on every stage but the last
+    out_regroup = np.where(batch.pp > 1, v * regroup, 0.0) if fw.pipe_regather_output else 0.0
+    pp_first = pp_mb + out_regroup
 
     # ---- per-stage micro-batch times ----------------------------------------------------------
     layer_total = layer_f + layer_b + layer_rc + layer_tp + layer_host
     body = Ls * layer_total
     single = batch.pp == 1
-    first = np.where(single, body + emb_t + head_t, body + emb_t + pp_mb)
+    first = np.where(single, body + emb_t + head_t, body + emb_t + pp_first)
     # a middle stage of a framework with serial blocking p2p (DeepSpeed) pays 4 transfers
     # (the re-gathers run once per received tensor either way)
-    pp_mid = pp_mb_mid + np.where(fw.serial_p2p & (batch.pp >= 3), 2.0 * v * p2p_one, 0.0)
+    pp_mid = (pp_mb_mid + out_regroup
+              + np.where(fw.serial_p2p & (batch.pp >= 3), 2.0 * v * p2p_one, 0.0))
     middle = body + pp_mid
     last = np.where(single, first, body + head_t + pp_mb)
     span, steady, bubble = pipeline_span_s(first, middle, last, batch.pp, m, sched, v)
@@ -467,7 +484,8 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     recompute_mb = Ls * layer_rc
     tp_mb = Ls * layer_tp
     host_mb = Ls * layer_host
-    pp_steady = np.where(single, 0.0, np.where(slowest_is_mid, pp_mid, pp_mb))
+    pp_steady = np.where(single, 0.0, np.where(slowest_is_mid, pp_mid,
+                                               np.where(slowest_is_last, pp_mb, pp_first)))
     # residual rounding (e.g. SP collectives inside emb/head) folds into compute
     compute_mb = compute_mb + (steady / m - (compute_mb + recompute_mb + tp_mb + host_mb
                                              + pp_steady))
@@ -598,7 +616,8 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     flops = model_flops_per_step(model, training.seq_length, training.global_batch_size)
     # the mean over stages of the true work: L layers (not p x ceil(L/p)), embedding, LM head
     stage_mean = np.where(single, first, (L * layer_total + emb_t + head_t
-                                          + 2.0 * pp_mb + np.maximum(p - 2, 0) * pp_mid) / p)
+                                          + pp_first + pp_mb
+                                          + np.where(p > 2, (p - 2) * pp_mid, 0.0)) / p)
     slow = np.where(single, first, np.maximum(np.maximum(first, last),
                                               np.where(batch.pp >= 3, middle, 0.0)))
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -385,33 +385,110 @@ def test_megatron_hides_the_backward_tp_collectives_behind_weight_gradients(monk
     assert per_layer(blocking) == pytest.approx(4 * ar, rel=1e-6)
 
 
+def _pp_comm_per_microbatch(model, framework, sp, v=1, tp=8):
+    from costmodel.batch import ConfigBatch
+    from costmodel.hardware import default_cluster
+    from costmodel.model import score
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    sched = {"schedule": "interleaved", "virtual_stages": v} if v > 1 else {}
+    # 32 GPUs: with pp 4 each stage is one node, so the transfers cross InfiniBand
+    par = ParallelConfig(tp=tp, pp=4, dp=8 // tp, precision="bf16", sequence_parallel=sp,
+                         **sched)
+    training = TrainingSpec(seq_length=2048, global_batch_size=32, framework=framework)
+    sc = score(model, default_cluster(32), training, ConfigBatch.from_configs([par]))
+    return sc.time_breakdown_s["pp_comm"][0] / sc.microbatches[0]
+
+
+def _gather_and_transfer_s(hidden, tp=8):
+    from costmodel import collectives as coll
+    from costmodel.hardware import default_cluster
+    from costmodel.model import _system
+
+    system = _system(default_cluster(32))
+    act = 2048 * hidden * 2.0
+    ag = float(np.asarray(coll.collective_time_s(system, "allgather", act, tp, 1).time_s))
+    p2p = float(np.asarray(coll.p2p_time_s(system, np.asarray([act / tp]),
+                                           np.asarray([True])))[0])
+    assert ag > 0 and p2p > 0
+    return ag, p2p
+
+
 def test_pipeline_receivers_regather_tp_partitions_unless_sequence_parallel():
     # scatter/gather (Narayanan et al. 2021 4.1): each stage sends b*s*h/t per TP rank and
     # the receiver all-gathers the full tensor over its TP group; with sequence parallelism
     # the tensor is already split along the sequence, so nothing is gathered. The last
-    # stage (the heaviest: LM head) receives 2v - 1 tensors per micro-batch.
+    # stage (the heaviest here: LM head) receives 2v - 1 tensors per micro-batch.
+    model = ModelSpec(name="m", num_layers=8, hidden_size=4096, num_attention_heads=32,
+                      ffn_hidden_size=16384, vocab_size=51200)
+    ag, _ = _gather_and_transfer_s(4096)
+    for v in (1, 2):
+        diff = (_pp_comm_per_microbatch(model, "megatron", False, v)
+                - _pp_comm_per_microbatch(model, "megatron", True, v))
+        assert diff == pytest.approx((2 * v - 1) * ag, rel=1e-6)
+
+
+def test_deepspeed_middle_stage_regathers_three_tensors():
+    # DeepSpeed's PipelineEngine, per micro-batch on a middle stage: the received activation,
+    # its own sent output (freed after sending, re-gathered for the backward) and the
+    # received gradient: three all-gathers, after four blocking transfers. At tp 2 and with
+    # a tiny vocabulary the middle stage is the slowest, so pp_comm shows its count; the
+    # last stage (tp 8, large vocabulary) re-gathers only the activation it receives.
+    ag2, p2p2 = _gather_and_transfer_s(4096, tp=2)
+    tiny = ModelSpec(name="m", num_layers=8, hidden_size=4096, num_attention_heads=32,
+                     ffn_hidden_size=16384, vocab_size=256)
+    assert _pp_comm_per_microbatch(tiny, "deepspeed", False, tp=2) == pytest.approx(
+        4 * p2p2 + 3 * ag2, rel=1e-6)
+    ag, _ = _gather_and_transfer_s(4096)
+    big = ModelSpec(name="m", num_layers=8, hidden_size=4096, num_attention_heads=32,
+                    ffn_hidden_size=16384, vocab_size=51200)
+    assert (_pp_comm_per_microbatch(big, "deepspeed", False)
+            - _pp_comm_per_microbatch(big, "deepspeed", True)) == pytest.approx(ag, rel=1e-6)
+
+
+def test_sequence_parallel_backward_overlap_windows():
+    # Megatron-LM with SP, no recompute, per layer: 2 all-gather + reduce-scatter pairs in
+    # the forward and 2 in the backward; the QKV / FC1 input-gradient reduce-scatters hide
+    # behind their weight-gradient GEMMs, the re-gathers of their inputs behind the
+    # data-gradient GEMMs (one GEMM each, not two). Small layers at tp 8 make the
+    # collectives longer than the GEMMs, so the windows bind.
     from costmodel import collectives as coll
     from costmodel.batch import ConfigBatch
+    from costmodel.calibration import efficiency_for
+    from costmodel.compute import gemm_time_s
     from costmodel.hardware import default_cluster
     from costmodel.model import _system, score
     from costmodel.specs import ParallelConfig, TrainingSpec
 
-    model = ModelSpec(name="m", num_layers=8, hidden_size=4096, num_attention_heads=32,
-                      ffn_hidden_size=16384, vocab_size=51200)
-    cluster = default_cluster(32)
-    training = TrainingSpec(seq_length=2048, global_batch_size=32)
-    for v in (1, 2):
-        sched = {"schedule": "interleaved", "virtual_stages": v} if v > 1 else {}
-        pp_mb = {}
-        for sp in (False, True):
-            par = ParallelConfig(tp=8, pp=4, dp=1, precision="bf16", sequence_parallel=sp,
-                                 **sched)
-            sc = score(model, cluster, training, ConfigBatch.from_configs([par]))
-            pp_mb[sp] = sc.time_breakdown_s["pp_comm"][0] / sc.microbatches[0]
-        ag = float(np.asarray(coll.collective_time_s(_system(cluster), "allgather",
-                                                     2048 * 4096 * 2.0, 8, 1).time_s))
-        assert ag > 0
-        assert pp_mb[False] - pp_mb[True] == pytest.approx((2 * v - 1) * ag, rel=1e-6)
+    h, f, s = 1024, 4096, 2048
+    model = ModelSpec(name="m", num_layers=4, hidden_size=h, num_attention_heads=16,
+                      ffn_hidden_size=f, vocab_size=51200)
+    cluster = default_cluster(8)
+    eff = efficiency_for(cluster.gpu.compute_capability)
+    gpu = cluster.gpu
+    par = ParallelConfig(tp=8, pp=1, dp=1, precision="bf16", recompute="none",
+                         sequence_parallel=True)
+    sc = score(model, cluster, TrainingSpec(seq_length=s, global_batch_size=1),
+               ConfigBatch.from_configs([par]))
+    per_layer = sc.time_breakdown_s["tp_comm"][0] / 4
+
+    def gemm(n, k):
+        return float(gemm_time_s(s, n, k, peak_flops_per_s=gpu.peak_flops_per_s["bf16"],
+                                 mem_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
+                                 elem_bytes=2.0, eff=eff, sm_count=gpu.sm_count))
+
+    t_qkv, t_fc1 = gemm(3 * h / 8, h), gemm(f / 8, h)
+    system = _system(cluster)
+    ag, rs = (float(np.asarray(coll.collective_time_s(system, c, s * h * 2.0, 8, 1).time_s))
+              for c in ("allgather", "reducescatter"))
+    assert ag > t_qkv  # the window binds
+
+    def exposed(c, w):
+        return max(0.0, c - w) + (1 - eff.overlap_hidden) * min(c, w)
+
+    expected = (4 * (ag + rs) - eff.overlap_hidden * (min(rs, t_qkv) + min(rs, t_fc1))
+                + exposed(ag, t_qkv) + exposed(ag, t_fc1))
+    assert per_layer == pytest.approx(expected, rel=1e-6)
 
 
 def test_deepspeed_host_floor_adds_each_tp_collective_call():

@@ -59,6 +59,14 @@ def _combos() -> tuple[Combo, ...]:
         Combo("llama-13b/4x8-h100", get_model("llama-13b"),
               default_cluster(32, gpu="h100-sxm-80gb"),
               TrainingSpec(seq_length=2048, global_batch_size=256)),
+        # framework paths: DeepSpeed (host floor, serial p2p, blocking TP, re-gathers) and
+        # Megatron-Core's --tp-comm-overlap
+        Combo("gpt-1.7b/4x8-a100-deepspeed", get_model("gpt-1.7b"), default_cluster(32),
+              TrainingSpec(seq_length=2048, global_batch_size=64, framework="deepspeed",
+                           flash_attention=False, overlap_grad_reduce=False, dropout=True)),
+        Combo("llama-7b/2x8-h100-tp-overlap", get_model("llama-7b"),
+              default_cluster(16, gpu="h100-sxm-80gb"),
+              TrainingSpec(seq_length=4096, global_batch_size=64, tp_comm_overlap=True)),
     )
 
 
