@@ -448,8 +448,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     # the receiver re-assembles the full tensor with an all-gather over the TP group
     # (Narayanan et al. 2021 4.1; DeepSpeed's partitioned pipe activations and gradients);
     # with sequence parallelism the tensor is already split along the sequence: no gather
-    sp_on = batch.sequence_parallel & (batch.tp > 1)
-    regroup = np.where((batch.tp > 1) & ~sp_on,
+    regroup = np.where((batch.tp > 1) & ~batch.sequence_parallel,
                        comm.time_s("allgather", act, batch.tp, geo["tp_nodes"]), 0.0)
     # per micro-batch: 2v transfers on every stage (activation out and gradient in on the
     # first, the reverse on the last); the first and last stage receive one tensor fewer
@@ -468,7 +467,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     single = batch.pp == 1
     first = np.where(single, body + emb_t + head_t, body + emb_t + pp_first)
     # a middle stage of a framework with serial blocking p2p (DeepSpeed) pays 4 transfers
-    # (the re-gathers run once per received tensor either way)
+    # (serial transfers add no re-gathers)
     pp_mid = (pp_mb_mid + out_regroup
               + np.where(fw.serial_p2p & (batch.pp >= 3), 2.0 * v * p2p_one, 0.0))
     middle = body + pp_mid
@@ -486,9 +485,11 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     host_mb = Ls * layer_host
     pp_steady = np.where(single, 0.0, np.where(slowest_is_mid, pp_mid,
                                                np.where(slowest_is_last, pp_mb, pp_first)))
-    # residual rounding (e.g. SP collectives inside emb/head) folds into compute
-    compute_mb = compute_mb + (steady / m - (compute_mb + recompute_mb + tp_mb + host_mb
-                                             + pp_steady))
+    # residual rounding (e.g. SP collectives inside emb/head) folds into compute (an
+    # unrunnable configuration's infinite terms leave it NaN: its step time is inf)
+    with np.errstate(invalid="ignore"):
+        compute_mb = compute_mb + (steady / m - (compute_mb + recompute_mb + tp_mb + host_mb
+                                                 + pp_steady))
 
     # ---- data parallel: gradient reduction, parameter gathers ----------------------------------
     layer_params = float(model.params_per_layer)
@@ -617,7 +618,8 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     # the mean over stages of the true work: L layers (not p x ceil(L/p)), embedding, LM head
     stage_mean = np.where(single, first, (L * layer_total + emb_t + head_t
                                           + pp_first + pp_mb
-                                          + np.where(p > 2, (p - 2) * pp_mid, 0.0)) / p)
+                                          + np.maximum(p - 2, 0) * np.where(p > 2, pp_mid, 0.0))
+                          / p)
     slow = np.where(single, first, np.maximum(np.maximum(first, last),
                                               np.where(batch.pp >= 3, middle, 0.0)))
     with np.errstate(invalid="ignore", divide="ignore"):

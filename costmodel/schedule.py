@@ -44,9 +44,12 @@ def pipeline_span_s(first_s, middle_s, last_s, pp, m, schedule, virtual_stages
     has_mid = p >= 3
     slowest = np.where(single, first_s,
                        np.maximum(np.maximum(first_s, last_s), np.where(has_mid, middle_s, 0.0)))
-    total = np.where(single, first_s,
-                     first_s + last_s + np.maximum(p - 2.0, 0.0) * middle_s)
-    fill_drain = total - slowest  # the other stages' share of one micro-batch
+    # an unrunnable configuration (an infinite stage time) gives an infinite span; the
+    # inf - inf and 0 x inf on the way are expected, not warnings
+    with np.errstate(invalid="ignore"):
+        total = np.where(single, first_s,
+                         first_s + last_s + np.maximum(p - 2.0, 0.0) * middle_s)
+        fill_drain = total - slowest  # the other stages' share of one micro-batch
     inter = np.asarray(schedule) == INTERLEAVED
     span = m * slowest + np.where(inter, fill_drain / v, fill_drain)
     steady = m * slowest

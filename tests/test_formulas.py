@@ -523,3 +523,28 @@ def test_deepspeed_host_floor_adds_each_tp_collective_call():
     assert layer_s(1) == pytest.approx(4 * fw.layer_pass_s, rel=1e-9)
     assert layer_s(2) == pytest.approx(4 * fw.layer_pass_s + 6 * fw.collective_host_s,
                                        rel=1e-9)
+
+
+@pytest.mark.parametrize("framework", ["megatron", "deepspeed"])
+@pytest.mark.parametrize("sp", [False, True])
+@pytest.mark.parametrize("pp", [1, 2, 4])
+def test_unrunnable_collective_scores_inf_without_warnings(framework, sp, pp):
+    # NCCL_ALGO=NVLS has no A100 implementation: the collectives are infinite, so is the
+    # step; the inf - inf and 0 x inf on the way must neither warn nor turn it into NaN
+    import warnings
+
+    from costmodel.batch import ConfigBatch
+    from costmodel.hardware import default_cluster
+    from costmodel.model import score
+    from costmodel.models_catalog import get_model
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    par = ParallelConfig(tp=2, pp=pp, dp=4 // pp if pp < 4 else 1, precision="bf16",
+                         nccl_algo="nvls", sequence_parallel=sp)
+    training = TrainingSpec(seq_length=2048, global_batch_size=8, framework=framework)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sc = score(get_model("llama-7b"), default_cluster(8), training,
+                   ConfigBatch.from_configs([par]))
+    assert sc.step_time_s[0] == np.inf
+    assert sc.time_breakdown_s["tp_comm"][0] == np.inf
