@@ -153,9 +153,19 @@ def _reject_json_constant(name: str) -> Any:
     raise _NotJsonNumber(name)  # NaN, Infinity, -Infinity: Python's json accepts them
 
 
+def expand_user(path: str | Path, field: str) -> Path:
+    """``Path(path).expanduser()``, with a '~user' that does not exist (pathlib raises
+    RuntimeError) reported as an InputError on ``field``."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        raise InputError(field, f"cannot expand '~' in {str(path)!r}: no such user",
+                         "give an absolute or relative path") from None
+
+
 def read_document(path: str | Path, *, field: str) -> Any:
     """Read and parse one YAML/JSON file; ``field`` names the input in error messages."""
-    p = Path(path).expanduser()
+    p = expand_user(path, field)
     try:
         raw = p.read_bytes()
     except FileNotFoundError:
@@ -235,8 +245,8 @@ def _looks_like_path(ref: str, base_dir: Path | None) -> bool:
             or ref.lower().endswith(_DOC_SUFFIXES) or _resolve(ref, base_dir).exists())
 
 
-def _resolve(ref: str | Path, base_dir: Path | None) -> Path:
-    p = Path(ref).expanduser()
+def _resolve(ref: str | Path, base_dir: Path | None, field: str = "path") -> Path:
+    p = expand_user(ref, field)
     if not p.is_absolute() and base_dir is not None:
         p = Path(base_dir) / p
     return p
@@ -440,7 +450,7 @@ def load_model(ref: str | Path | Mapping[str, Any] | ModelSpec, *,
     elif not isinstance(ref, Path):
         raise InputError("model", f"must be a catalog name, a path or a mapping, got "
                                   f"{type(ref).__name__}")
-    path = _resolve(ref, base)
+    path = _resolve(ref, base, "model")
     if path.is_dir() and (path / "config.json").is_file():
         path = path / "config.json"
     data = _mapping("model", read_document(path, field="model"),
@@ -703,7 +713,7 @@ def _load_cluster(ref: Any, default_gpus: int | None, base_dir: Path | None,
                              did_you_mean(ref.strip().lower(),
                                           list_cluster_presets())
                              + "; or give a path to a cluster YAML or a graph JSON")
-        path = _resolve(ref, base_dir)
+        path = _resolve(ref, base_dir, "cluster")
         data = _mapping("cluster", read_document(path, field="cluster"),
                         f"a mapping (cluster document) in {path}")
         if _is_graph(data):
@@ -753,7 +763,7 @@ def load_run(ref: str | Path | Mapping[str, Any], *,
     if isinstance(ref, Mapping):
         data = _mapping("run", ref)
     elif isinstance(ref, str | Path):
-        path = Path(ref).expanduser()
+        path = expand_user(ref, "run")
         data = _mapping("run", read_document(path, field="run"),
                         f"a mapping (run document) in {path}")
         base = path.parent

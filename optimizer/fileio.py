@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from costmodel.errors import InputError
+from costmodel.loaders import expand_user
 
 __all__ = ["atomic_write_bytes", "atomic_write_text"]
 
@@ -48,7 +49,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, field: str 
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise TypeError(f"data must be bytes, got {type(data).__name__}")
-    target = Path(path).expanduser()
+    target = expand_user(path, field)
     if target.is_dir():
         raise InputError(field, f"{target} is a directory", "give a file path")
     directory = target.parent if str(target.parent) else Path(".")

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodel.errors import InputError, did_you_mean
+from costmodel.loaders import expand_user
 
 HEARTBEAT_INTERVAL_S = 60
 GRACE_PERIOD_S = 120
@@ -152,7 +153,7 @@ def _open_rdb(url: str):
         engine_kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
         db = parsed.database
         if db and db != ":memory:" and not db.startswith("file:"):
-            Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            expand_user(db, "storage").parent.mkdir(parents=True, exist_ok=True)
     else:
         engine_kwargs = {"pool_pre_ping": True}
     last: Exception | None = None
@@ -297,7 +298,7 @@ def _lock_holder_alive(target: str) -> bool | None:
 def _open_journal(path_text: str):
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-    path = Path(path_text).expanduser()
+    path = expand_user(path_text, "storage")
     if path.is_dir():
         raise InputError("storage", f"{path_text!r} is a directory, not a journal file",
                          f"e.g. {path / 'study.journal'}")

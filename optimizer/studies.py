@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodel.errors import InfeasibleError, InputError, check_keys, did_you_mean
+from costmodel.loaders import expand_user
 from costmodel.specs import ClusterSpec, ModelSpec, TrainingSpec
 
 STUDY_SCHEMA_VERSION = 1
@@ -266,7 +267,7 @@ def resolve_storage(spec: str, base_dir: Path | None) -> str:
                     and not Path(rest).is_absolute():
                 return prefix + str((base_dir / rest).resolve())
         return spec
-    p = Path(spec).expanduser()
+    p = expand_user(spec, "storage")
     if not p.is_absolute() and base_dir is not None:
         p = base_dir / p
     return str(p.resolve())
@@ -312,7 +313,7 @@ def load_study_file(path: str | Path) -> StudyFile:
     from costmodel.loaders import load_model, read_document
     from search_spaces.space import default_space, space_from_mapping
 
-    p = Path(path).expanduser()
+    p = expand_user(path, "study")
     data = read_document(p, field="study")
     if not isinstance(data, Mapping):
         raise InputError("study", f"{p} must hold a mapping (the study document), got "

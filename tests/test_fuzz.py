@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from costmodel import loaders
 from costmodel.errors import InputError
+from optimizer import studies
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_PER_PARSER = 300
@@ -232,3 +234,17 @@ def test_space_section_named_space_is_input_error(tmp_path):
     with pytest.raises(InputError) as e:
         space_from_mapping({"space": [1]}, SearchSpace())
     assert e.value.field == "space.space"
+
+
+@pytest.mark.parametrize("call", [
+    lambda: loaders.load_run({"model": "~x", "cluster": "x"}),
+    lambda: loaders.load_model("~x"),
+    lambda: loaders.load_cluster("~x"),
+    lambda: loaders.load_run("~x/run.yaml"),
+    lambda: studies.load_study_file("~x"),
+], ids=["run_mapping", "model", "cluster", "run_file", "study_file"])
+def test_tilde_of_an_unknown_user_is_input_error(call):
+    # found by the fuzzer (seed 106): pathlib's expanduser raises RuntimeError for '~x' when
+    # user x does not exist
+    with pytest.raises(InputError, match="cannot expand"):
+        call()
