@@ -41,7 +41,7 @@ from costmodel.memory import (
     microbatches_in_flight,
     model_state_bytes,
 )
-from costmodel.schedule import INTERLEAVED, pipeline_span_s
+from costmodel.schedule import INTERLEAVED, pipeline_span_s, stage_layers
 from costmodel.specs import PRECISIONS, ClusterSpec, ModelSpec, TrainingSpec
 
 TIME_KEYS = ("compute", "recompute", "tp_comm", "host_overhead", "pp_comm", "pipeline_bubble",
@@ -410,7 +410,8 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     L = float(model.num_layers)
     h = float(model.hidden_size)
     m = B / (b * d)
-    Ls = np.ceil(L / p - 1e-9)  # the heaviest stage holds ceil(L/p) layers
+    # layers on the first, a middle and the last stage (uneven when pp does not divide L)
+    n_first, n_mid, n_last, _ = stage_layers(L, batch.pp)
     V = padded_vocab(model.vocab_size, batch.tp)
 
     peaks = np.array([gpu.peak_flops_per_s.get(pr, np.nan) for pr in PRECISIONS])
@@ -463,15 +464,15 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
 
     # ---- per-stage micro-batch times ----------------------------------------------------------
     layer_total = layer_f + layer_b + layer_rc + layer_tp + layer_host
-    body = Ls * layer_total
     single = batch.pp == 1
-    first = np.where(single, body + emb_t + head_t, body + emb_t + pp_first)
+    first = np.where(single, n_first * layer_total + emb_t + head_t,
+                     n_first * layer_total + emb_t + pp_first)
     # a middle stage of a framework with serial blocking p2p (DeepSpeed) pays 4 transfers
     # (serial transfers add no re-gathers)
     pp_mid = (pp_mb_mid + out_regroup
               + np.where(fw.serial_p2p & (batch.pp >= 3), 2.0 * v * p2p_one, 0.0))
-    middle = body + pp_mid
-    last = np.where(single, first, body + head_t + pp_mb)
+    middle = n_mid * layer_total + pp_mid
+    last = np.where(single, first, n_last * layer_total + head_t + pp_mb)
     span, steady, bubble = pipeline_span_s(first, middle, last, batch.pp, m, sched, v)
     slowest_is_last = (last >= first) & ~single
     slowest_is_mid = (middle > np.maximum(first, last)) & (batch.pp >= 3)
@@ -479,6 +480,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     extra_compute = np.where(slowest_is_mid, 0.0,
                              np.where(slowest_is_last, head_t,
                                       emb_t + np.where(single, head_t, 0.0)))
+    Ls = np.where(slowest_is_mid, n_mid, np.where(slowest_is_last, n_last, n_first))
     compute_mb = Ls * (layer_f + layer_b) + extra_compute
     recompute_mb = Ls * layer_rc
     tp_mb = Ls * layer_tp
@@ -495,14 +497,16 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     layer_params = float(model.params_per_layer)
     emb_params = V * h
     head_params = np.where(model.tied_embeddings & (batch.pp == 1), 0.0, V * h)
-    psi_body = Ls * layer_params / t
     # learned positions (replicated over TP) on the first stage; the final norm on the last
     pos_params = float(model.position_params(training.seq_length))
     norm_params = float(model.hidden_size * (2 if model.normalization == "layernorm" else 1))
-    psi_first = (psi_body + emb_params / t + pos_params
+    psi_first = (n_first * layer_params / t + emb_params / t + pos_params
                  + np.where(single, head_params / t + norm_params, 0.0))
-    psi_last = psi_body + head_params / t + norm_params
-    psi_max = np.maximum(psi_first, np.where(single, 0.0, psi_last))
+    psi_last = n_last * layer_params / t + head_params / t + norm_params
+    has_mid = batch.pp >= 3
+    psi_mid = n_mid * layer_params / t
+    psi_max = np.maximum(np.maximum(psi_first, np.where(single, 0.0, psi_last)),
+                         np.where(has_mid, psi_mid, 0.0))
     pb, gb, ob = PARAM_BYTES[prec], GRAD_BYTES[prec], OPTIMIZER_BYTES[prec]
     dp_n, dp_nodes = batch.dp, geo["dp_nodes"]
     # bytes per gradient on the wire (FrameworkCosts.grad_comm_bytes: DeepSpeed reduces 16-bit
@@ -515,8 +519,8 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     bucket = np.minimum(grad_bytes, np.maximum(DDP_BUCKET_ELEMENTS, 1e6 * d) * gcomm)
     t_bucket = np.where(z == 0, comm.time_s("allreduce", bucket, dp_n, dp_nodes),
                         comm.time_s("reducescatter", bucket, dp_n, dp_nodes))
-    window_b = Ls * layer_b  # backward of the last micro-batch on the first stage
-    window_f = Ls * layer_f
+    window_b = n_first * layer_b  # backward of the last micro-batch on the first stage
+    window_f = n_first * layer_f
     reduce_t = np.where(z == 0, t_ar, t_rs)
     if training.overlap_grad_reduce:
         hidden = 1.0 - eff.overlap_hidden  # share of overlapped communication still paid
@@ -532,10 +536,10 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     z3_window = compute_mb + recompute_mb
     z3_exposed = (m * (np.maximum(0.0, z3_mb - z3_window)
                        + (1.0 - eff.overlap_hidden) * np.minimum(z3_mb, z3_window))
-                  + t_ag / np.maximum(Ls, 1))
+                  + t_ag / np.maximum(n_first, 1))
     # ZeRO-2: gradients are sharded, so they are reduce-scattered every micro-batch (DeepSpeed
     # stage 2, Megatron-FSDP optim_grads), overlapped with that micro-batch's backward
-    z2_window = Ls * layer_b
+    z2_window = n_first * layer_b
     z2_exposed = (m * (np.maximum(0.0, t_rs - z2_window)
                        + (1.0 - eff.overlap_hidden) * np.minimum(t_rs, z2_window))
                   + exposed_gather)
@@ -566,33 +570,47 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     transient = np.where(rc == 2, full_layer_act, 0.0)  # one layer live while recomputed
     infl_first = microbatches_in_flight(sched, batch.pp, m, v, 0)
     infl_last = microbatches_in_flight(sched, batch.pp, m, v, batch.pp - 1)
-    act_first = Ls * per_layer_act * infl_first + transient
-    act_last = Ls * per_layer_act * infl_last + transient
+    act_first = n_first * per_layer_act * infl_first + transient
+    act_last = n_last * per_layer_act * infl_last + transient
+    # the second stage: a full middle stage with one micro-batch fewer in flight than the
+    # first; it holds the most when the first stage has fewer layers (uneven split)
+    infl_mid = microbatches_in_flight(sched, batch.pp, m, v, np.minimum(1, batch.pp - 1))
+    act_mid = n_mid * per_layer_act * infl_mid + transient
     # vocabulary-parallel cross entropy: 16-bit logits, their fp32 copy (Korthikanti 4.3) and
     # the fp32 softmax kept for the backward: 2 + 4 + 4 bytes per logit
     logits = 10.0 * tokens * V / t
     if fw.pipe_buffers:  # input + output activation per in-flight micro-batch, TP-replicated
         act_first = act_first + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_first)
         act_last = act_last + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_last)
+        act_mid = act_mid + 2.0 * tokens * h * ea * infl_mid
     w1, g1, o1 = model_state_bytes(psi_first, pb, gb, ob, z, d)
     w2, g2, o2 = model_state_bytes(psi_last, pb, gb, ob, z, d)
+    w3, g3, o3 = model_state_bytes(psi_mid, pb, gb, ob, z, d)
     if fw.bf16_fp32_grads:  # bf16 gradients beside the unsharded fp32 accumulation buffer
         bf16 = prec == PRECISIONS.index("bf16")
         g1 = g1 + np.where(bf16, 2.0 * psi_first, 0.0)
         g2 = g2 + np.where(bf16, 2.0 * psi_last, 0.0)
+        g3 = g3 + np.where(bf16, 2.0 * psi_mid, 0.0)
     zbuf = np.where(z >= 3, 2.0 * layer_params / t * pb, 0.0)
     buffers = NCCL_BUFFER_BYTES + fw.engine_buffer_bytes + zbuf
     mem_first = w1 + g1 + o1 + act_first * (1 + eff.allocator_fraction) + np.where(single, logits, 0)
     mem_last = w2 + g2 + o2 + act_last * (1 + eff.allocator_fraction) + logits
+    mem_mid = w3 + g3 + o3 + act_mid * (1 + eff.allocator_fraction)
     use_last = (~single) & (mem_last > mem_first)
+    # a middle stage only where it holds strictly more than the first and the last
+    use_mid = has_mid & (mem_mid > np.maximum(mem_first, mem_last))
+    use_last = use_last & ~use_mid
     fixed = buffers + eff.cuda_context_bytes
-    peak_mem = np.where(use_last, mem_last, mem_first) + fixed
-    pick = lambda x1, x2: np.where(use_last, x2, x1)  # noqa: E731
-    act_peak = pick(act_first, act_last)
+
+    def pick(x1, x2, x3):
+        return np.where(use_mid, x3, np.where(use_last, x2, x1))
+
+    peak_mem = pick(mem_first, mem_last, mem_mid) + fixed
+    act_peak = pick(act_first, act_last, act_mid)
     memory = {
-        "weights": pick(w1, w2),
-        "gradients": pick(g1, g2),
-        "optimizer_states": pick(o1, o2),
+        "weights": pick(w1, w2, w3),
+        "gradients": pick(g1, g2, g3),
+        "optimizer_states": pick(o1, o2, o3),
         "activations": act_peak,
         "logits": np.where(use_last | single, logits, 0.0),
         "communication_buffers": buffers,

@@ -54,3 +54,34 @@ def pipeline_span_s(first_s, middle_s, last_s, pp, m, schedule, virtual_stages
     span = m * slowest + np.where(inter, fill_drain / v, fill_drain)
     steady = m * slowest
     return span, steady, span - steady
+
+
+def stage_layers(num_layers, pp) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Transformer layers on the first, a middle and the last pipeline stage.
+
+    When ``pp`` divides the layers every stage holds ``L/pp`` (Megatron-LM's default split).
+    Otherwise the middle stages hold ``c = ceil(L/pp)`` and the first and last stages share
+    the rest, ``r = L - (pp - 2) c``, the last (which also runs the output layer and the loss)
+    taking the smaller half: the split Megatron-Core expresses with
+    ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` (the
+    middle stages must divide the rest evenly), and the one Llama 3 405B was trained with
+    (126 layers on 16 stages, one layer fewer on the first and the last: Dubey et al. 2024,
+    arXiv:2407.21783, section 3.3.2). With ``pp == 2`` the first stage takes ``ceil(L/2)``.
+
+    Returns (first, middle, last, splittable). ``splittable`` is False where no such split
+    gives the first and the last stage at least one layer (``r < 2``, e.g. 5 layers on 4
+    stages) or ``pp > L``; there every stage is charged ``ceil(L/pp)`` layers.
+    """
+    L = np.asarray(num_layers, dtype=float)
+    p = np.maximum(np.asarray(pp, dtype=float), 1.0)
+    c = np.ceil(L / p - 1e-9)
+    even = np.mod(L, p) == 0
+    rest = L - np.maximum(p - 2.0, 0.0) * c  # what the first and last stage share (pp >= 2)
+    last = np.floor(rest / 2.0)
+    first = rest - last
+    ok = (p <= L) & (even | (p == 2) | (rest >= 2.0))
+    uneven = ok & ~even & (p >= 2)
+    first = np.where(uneven, first, c)
+    last = np.where(uneven, last, c)
+    middle = np.broadcast_to(c, first.shape).astype(float)
+    return first, middle, last, ok | (p == 1)

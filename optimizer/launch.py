@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.errors import InputError
+from costmodel.schedule import stage_layers
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 __all__ = [
@@ -126,6 +127,19 @@ def _layers_per_virtual_stage(model: ModelSpec, config: ParallelConfig) -> int:
     return model.num_layers // chunks
 
 
+def _uneven_split(model: ModelSpec, config: ParallelConfig) -> tuple[int, int] | None:
+    """(first, last) stage layers where pp does not divide the layers, else None: the split
+    the cost model scores (costmodel.schedule.stage_layers)."""
+    if config.pp < 2 or model.num_layers % config.pp == 0:
+        return None
+    first, _, last, ok = stage_layers(model.num_layers, config.pp)
+    if not ok:
+        raise InputError("parallel.pp", f"pp={config.pp} cannot give each of the "
+                         f"{model.num_layers} layers' pipeline stages at least one layer",
+                         "pick a smaller pp")
+    return int(first), int(last)
+
+
 def _max_position_embeddings(model: ModelSpec, training: TrainingSpec) -> int:
     """Megatron asserts max_position_embeddings >= seq_length for learned positions; for RoPE
     the value only sizes the rotary cache, so the larger of the two is always safe."""
@@ -165,6 +179,10 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     if _interleaved(config):
         a += ["--num-layers-per-virtual-pipeline-stage",
               str(_layers_per_virtual_stage(model, config))]
+    split = _uneven_split(model, config)
+    if split is not None:  # Megatron-Core: the middle stages split the rest evenly
+        a += ["--decoder-first-pipeline-num-layers", str(split[0]),
+              "--decoder-last-pipeline-num-layers", str(split[1])]
     if config.sequence_parallel and config.tp > 1:  # Megatron drops it with a warning at TP=1
         a.append("--sequence-parallel")
         if training.tp_comm_overlap:  # Transformer Engine userbuffers; needs SP
@@ -267,7 +285,12 @@ def deepspeed_config(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
         ds["fp16"] = dict(_DS_FP16)
     ds["zero_optimization"] = _deepspeed_zero(model.hidden_size, config.zero_stage)
     if config.pp > 1:
-        pipe: dict[str, Any] = {"stages": config.pp, "partition": "uniform"}
+        # an uneven split counts the embedding and the LM head as one layer each, which puts
+        # fewer transformer layers on the first and last stage (BLOOM's --pp-partition-method)
+        uneven = _uneven_split(model, config) is not None
+        pipe: dict[str, Any] = {"stages": config.pp,
+                                "partition": "type:transformer|embedding" if uneven
+                                else "uniform"}
         if config.recompute == "full":
             pipe["activation_checkpoint_interval"] = 1
         ds["pipeline"] = pipe
@@ -519,9 +542,12 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
         if model.num_attention_heads % config.tp or model.num_kv_heads % config.tp:
             w.append(f"Megatron needs num_attention_heads ({model.num_attention_heads}) and "
                      f"num_query_groups ({model.num_kv_heads}) divisible by tp={config.tp}")
-        if model.num_layers % config.pp:
-            w.append(f"num_layers={model.num_layers} is not divisible by pp={config.pp}: "
-                     "Megatron needs --decoder-first/last-pipeline-num-layers for an uneven split")
+        split = _uneven_split(model, config)
+        if split is not None:
+            w.append(f"uneven pipeline split ({model.num_layers} layers on pp={config.pp}: "
+                     f"{split[0]} on the first stage, {split[1]} on the last, the rest evenly): "
+                     "Megatron gets --decoder-first/last-pipeline-num-layers, DeepSpeed the "
+                     "type:transformer|embedding partition; torchtitan's own split may differ")
     if training is not None and _interleaved(config):
         m = _microbatches(training, config)
         if m % config.pp:

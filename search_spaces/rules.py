@@ -19,6 +19,7 @@ import numpy as np
 
 from costmodel.batch import ConfigBatch
 from costmodel.errors import InputError
+from costmodel.schedule import stage_layers
 from costmodel.specs import (
     NCCL_ALGOS,
     NCCL_PROTOS,
@@ -142,9 +143,11 @@ def _tp_within_node(ctx: Context, b: ConfigBatch) -> np.ndarray:
     return inside
 
 
-def _pp_divides_layers(ctx: Context, b: ConfigBatch) -> np.ndarray:
-    layers = ctx.model.num_layers
-    return (b.pp <= layers) & _divides(layers, b.pp)
+def _pp_splits_layers(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # pp need not divide the layers: the middle stages take ceil(L/pp) and the first and last
+    # stage the rest (costmodel.schedule.stage_layers; Megatron-Core
+    # --decoder-first/last-pipeline-num-layers), as long as each of those gets one
+    return stage_layers(ctx.model.num_layers, b.pp)[3]
 
 
 def _batch_divisible(ctx: Context, b: ConfigBatch) -> np.ndarray:
@@ -157,10 +160,9 @@ def _interleaved_needs_pp(ctx: Context, b: ConfigBatch) -> np.ndarray:
 
 
 def _virtual_stages_divide_layers(ctx: Context, b: ConfigBatch) -> np.ndarray:
-    # Judged only where pp divides the layers (else pp_divides_layers already says why).
-    layers = ctx.model.num_layers
-    return ((b.virtual_stages == 1) | ~_divides(layers, b.pp)
-            | _divides(layers, b.pp * b.virtual_stages))
+    # Megatron's interleaved schedule splits the layers evenly into pp * v chunks
+    # (--num-layers-per-virtual-pipeline-stage); an uneven split is 1F1B/GPipe only here
+    return (b.virtual_stages == 1) | _divides(ctx.model.num_layers, b.pp * b.virtual_stages)
 
 
 def _microbatches(ctx: Context, b: ConfigBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -374,9 +376,10 @@ TP_WITHIN_NODE = Rule(
     lambda c, r: f"tp={r['tp']}, gpus_per_node={c.cluster.gpus_per_node}"
                  + (" (cross-node TP allowed, but the group must tile whole nodes)"
                     if c.allow_cross_node_tp else ""))
-PP_DIVIDES_LAYERS = Rule(
-    "pp_divides_layers", "pp must divide num_layers (even pipeline split)",
-    _pp_divides_layers, frozenset({"pp"}),
+PP_SPLITS_LAYERS = Rule(
+    "pp_splits_layers", "every pipeline stage needs at least one layer (where pp does not "
+    "divide num_layers the middle stages take ceil(num_layers/pp) and the first and last "
+    "stage share the rest)", _pp_splits_layers, frozenset({"pp"}),
     lambda c, r: f"pp={r['pp']}, num_layers={c.model.num_layers}")
 BATCH_DIVISIBLE = Rule(
     "batch_divisible", "global_batch_size must be a multiple of micro_batch_size * dp",
@@ -390,7 +393,8 @@ INTERLEAVED_NEEDS_PP = Rule(
     lambda c, r: f"schedule={r['schedule']}, pp={r['pp']}, "
                  f"virtual_stages={r['virtual_stages']}")
 VIRTUAL_STAGES_DIVIDE_LAYERS = Rule(
-    "virtual_stages_divide_layers", "virtual_stages must divide the layers per pipeline stage",
+    "virtual_stages_divide_layers", "pp * virtual_stages must divide num_layers (the "
+    "interleaved schedule splits the layers evenly into chunks)",
     _virtual_stages_divide_layers, frozenset({"pp", "virtual_stages"}),
     lambda c, r: f"num_layers/pp = {c.model.num_layers}/{r['pp']}, "
                  f"virtual_stages={r['virtual_stages']}")
@@ -425,7 +429,7 @@ NCCL_GATES = Rule(
     _nccl_detail)
 
 ALL_RULES: tuple[Rule, ...] = (
-    WORLD_SIZE, TP_DIVIDES_HEADS, TP_DIVIDES_FFN, TP_WITHIN_NODE, PP_DIVIDES_LAYERS,
+    WORLD_SIZE, TP_DIVIDES_HEADS, TP_DIVIDES_FFN, TP_WITHIN_NODE, PP_SPLITS_LAYERS,
     BATCH_DIVISIBLE, INTERLEAVED_NEEDS_PP, VIRTUAL_STAGES_DIVIDE_LAYERS,
     INTERLEAVED_MICROBATCHES, SP_NEEDS_TP, FP8_HARDWARE, FP8_ALIGNMENT, PRECISION_HARDWARE,
     ZERO3_NO_PP, ZERO_NEEDS_DP, NCCL_GATES,

@@ -243,7 +243,8 @@ def default_space(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
       ``min(2 * gpus_per_node, num_attention_heads, num_gpus)``. Cross-node values
       (``tp > gpus_per_node``) are kept so the search can show why they are bad; the
       ``tp_within_node`` rule rejects them unless cross-node TP is allowed.
-    - pp: divisors of ``num_layers`` up to ``num_gpus``.
+    - pp: divisors of ``num_layers`` or of ``num_gpus``, up to both (pp that does not
+      divide the layers gets an uneven split: ``costmodel.schedule.stage_layers``).
     - micro_batch_size: 1, 2, 4, 8, 16 up to the global batch size.
     - precision: bf16 where the GPU has it, else fp16 (else tf32, fp32).
     - recompute: none, selective, full; sequence_parallel: off, on; zero_stage: 0, 1;
@@ -254,7 +255,10 @@ def default_space(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     tp_cap = min(2 * gpn, model.num_attention_heads, world)
     powers = [1 << k for k in range(tp_cap.bit_length()) if (1 << k) <= tp_cap]
     tp = sorted(set(powers) | {d for d in _divisors(gpn) if d <= tp_cap})
-    pp = [d for d in _divisors(model.num_layers) if d <= world]
+    # pp values that tile the GPUs need not divide the layers (uneven split, see the
+    # pp_splits_layers rule): Llama 3 405B's 126 layers on 16 stages
+    pp = sorted(d for d in set(_divisors(model.num_layers)) | set(_divisors(world))
+                if d <= min(world, model.num_layers))
     mbs = [b for b in DEFAULT_MICRO_BATCH_SIZES if b <= training.global_batch_size]
     precision = next((p for p in ("bf16", "fp16", "tf32", "fp32") if cluster.gpu.supports(p)),
                      next(iter(cluster.gpu.peak_flops_per_s)))

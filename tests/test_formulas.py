@@ -5,7 +5,7 @@ import pytest
 
 from costmodel.compute import model_flops_per_step, recompute_flops_per_step
 from costmodel.memory import layer_activation_bytes, microbatches_in_flight, model_state_bytes
-from costmodel.schedule import bubble_share, pipeline_span_s
+from costmodel.schedule import bubble_share, pipeline_span_s, stage_layers
 from costmodel.specs import ModelSpec
 
 GPT3 = ModelSpec(name="gpt3", num_layers=96, hidden_size=12288, num_attention_heads=96,
@@ -134,18 +134,38 @@ def test_misaligned_head_dim_runs_attention_gemms_off_tensor_cores():
     assert slow.peak_memory_bytes[0] == pytest.approx(fast.peak_memory_bytes[0], rel=0.02)
 
 
-def test_heaviest_stage_holds_ceil_layers_over_stages():
-    # 78 layers over 12 stages: six stages hold 7 layers, so the pipeline paces at 7 layers and
-    # the peak memory is that of a 7-layer stage - the same as 84 layers over 12 stages.
+def test_uneven_split_puts_the_remainder_on_the_first_and_last_stage():
+    # 78 layers over 12 stages: the ten middle stages hold ceil(78/12) = 7 layers, the first
+    # and the last (which also carry the embedding and the LM head) share the other 8
+    # (Megatron-Core --decoder-first/last-pipeline-num-layers 4/4; BLOOM's
+    # type:transformer|embedding partition). The pipeline paces at a 7-layer middle stage,
+    # not at 7 layers plus the LM head as an even ceil(L/p) split on every stage would.
     from costmodel.specs import ParallelConfig
 
+    first, mid, last, ok = stage_layers(78, 12)
+    assert (first, mid, last, bool(ok)) == (4, 7, 4, True)
     par = ParallelConfig(tp=8, pp=12, dp=1, micro_batch_size=1, precision="bf16",
                          recompute="full")
-    s78, s84, s72 = (_score_one(_bloom_like(n, 96), par, 96, gbs=96) for n in (78, 84, 72))
-    assert s78.peak_memory_bytes[0] == pytest.approx(s84.peak_memory_bytes[0], rel=1e-9)
-    assert s78.step_time_s[0] == pytest.approx(s84.step_time_s[0], rel=1e-9)
-    assert s72.peak_memory_bytes[0] < s78.peak_memory_bytes[0]
-    assert s72.step_time_s[0] < s78.step_time_s[0]
+    s78, s84 = (_score_one(_bloom_like(n, 96), par, 96, gbs=96) for n in (78, 84))
+    assert s78.peak_memory_bytes[0] < s84.peak_memory_bytes[0]
+    assert s78.step_time_s[0] < s84.step_time_s[0]
+
+
+@pytest.mark.parametrize("layers, pp, expected", [
+    (126, 16, (7, 8, 7, True)),   # Llama 3 405B (Dubey et al. 2024, 3.3.2)
+    (80, 4, (20, 20, 20, True)),  # even: Megatron's default split
+    (80, 3, (27, 27, 26, True)),  # pp = 3: the last stage takes the smaller share
+    (7, 2, (4, 4, 3, True)),      # pp = 2: the first stage takes ceil(L/2)
+    (9, 4, (2, 3, 1, True)),
+    (5, 4, (2, 2, 2, False)),     # the first and last stages cannot both get a layer
+    (3, 4, (1, 1, 1, False)),     # more stages than layers
+])
+def test_stage_layers(layers, pp, expected) -> None:
+    first, mid, last, ok = stage_layers(layers, pp)
+    assert (float(first), float(mid), float(last), bool(ok)) == expected
+    if ok and pp > 1:
+        assert first + (pp - 2) * mid + last == layers
+        assert max(first, last) <= mid
 
 
 def test_tp_comm_overlap_hides_sequence_parallel_collectives_only():

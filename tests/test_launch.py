@@ -110,6 +110,31 @@ def test_megatron_interleaved_indivisible_layers_is_input_error():
     assert e.value.field == "parallel.virtual_stages"
 
 
+def test_uneven_pipeline_split_flags():
+    # 78 layers on 12 stages (12 GPUs: two nodes of 6): the middle stages hold 7 layers, the
+    # first and the last 4 each (costmodel.schedule.stage_layers)
+    six = ClusterSpec("2x6-a100", 2, 6, A100)
+    model = ModelSpec("m78", num_layers=78, hidden_size=4096, num_attention_heads=32,
+                      ffn_hidden_size=16384, vocab_size=32000)
+    config = cfg(tp=1, pp=12, dp=1)
+    args = megatron_args(model, six, TRAIN, config)
+    assert value(args, "--decoder-first-pipeline-num-layers") == "4"
+    assert value(args, "--decoder-last-pipeline-num-layers") == "4"
+    ds = deepspeed_config(model, six, TRAIN, config)
+    assert ds["pipeline"]["partition"] == "type:transformer|embedding"
+    assert any("uneven pipeline split" in w for w in launch_warnings(config, model=model))
+    # an even split keeps Megatron's default and DeepSpeed's uniform partition
+    even = megatron_args(LLAMA_65B, CLUSTER, TRAIN, BASE)
+    assert "--decoder-first-pipeline-num-layers" not in even
+    assert deepspeed_config(LLAMA_65B, CLUSTER, TRAIN, BASE)["pipeline"]["partition"] == "uniform"
+    # no split gives 5 layers' first and last stage one each on 4 stages
+    five = ModelSpec("m5", num_layers=5, hidden_size=1024, num_attention_heads=16,
+                     ffn_hidden_size=4096, vocab_size=32000)
+    with pytest.raises(InputError) as e:
+        megatron_args(five, CLUSTER, TRAIN, BASE)
+    assert e.value.field == "parallel.pp"
+
+
 def test_megatron_gqa():
     args = megatron_args(LLAMA2_70B, CLUSTER, TRAIN, BASE)
     assert "--group-query-attention" in args

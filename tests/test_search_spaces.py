@@ -114,13 +114,17 @@ def test_tp_within_node() -> None:
     assert "tp_within_node" in broken(ctx, tp=12, pp=2)
 
 
-def test_pp_divides_layers() -> None:
+def test_pp_splits_layers() -> None:
+    # an uneven split is valid: 80 layers on 3 stages -> 27 / 27 / 26
     ctx = Context(LLAMA_65B, cluster(nodes=3, per_node=8), TRAIN)  # 24 GPUs
-    assert "pp_divides_layers" in broken(ctx, tp=8, pp=3)  # 80 % 3 = 2
+    assert "pp_splits_layers" not in broken(ctx, tp=8, pp=3)
     ctx5 = Context(LLAMA_65B, cluster(nodes=5, per_node=8), TRAIN)  # 40 GPUs
     assert explain(ctx5, {"tp": 8, "pp": 5}) == []  # 80 % 5 = 0, 8*5*1 = 40
     tiny = ModelSpec("tiny", 2, 64, 2, 256, 100)
-    assert "pp_divides_layers" in broken(Context(tiny, cluster(), TRAIN), tp=1, pp=16)
+    assert "pp_splits_layers" in broken(Context(tiny, cluster(), TRAIN), tp=1, pp=16)
+    # 5 layers on 4 stages: 2 on each middle stage leaves 1 for the first and last together
+    five = ModelSpec("five", 5, 64, 2, 256, 100)
+    assert "pp_splits_layers" in broken(Context(five, cluster(), TRAIN), tp=2, pp=4)
 
 
 def test_batch_divisible() -> None:
@@ -148,10 +152,11 @@ def test_virtual_stages_divide_layers() -> None:
                                                     virtual_stages=3)  # 20 % 3 = 2
     assert explain(CTX, {"tp": 4, "pp": 4, "schedule": "interleaved",
                          "virtual_stages": 5}) == []  # 20 % 5 = 0
-    # pp that does not divide the layers is reported once, by pp_divides_layers
+    # an uneven split (80 layers on 3 stages) is 1F1B/GPipe only: interleaving needs
+    # pp * virtual_stages to divide the layers
     ctx = Context(LLAMA_65B, cluster(nodes=3), TRAIN)
     got = broken(ctx, tp=8, pp=3, schedule="interleaved", virtual_stages=2)
-    assert "pp_divides_layers" in got and "virtual_stages_divide_layers" not in got
+    assert "pp_splits_layers" not in got and "virtual_stages_divide_layers" in got
 
 
 def test_interleaved_microbatches_multiple_of_pp() -> None:
@@ -261,7 +266,7 @@ def test_check_is_vectorised_and_matches_explain() -> None:
 def test_rules_are_named_values() -> None:
     names = [r.name for r in ALL_RULES]
     assert len(names) == len(set(names))
-    assert {"world_size", "tp_divides_heads", "tp_within_node", "pp_divides_layers",
+    assert {"world_size", "tp_divides_heads", "tp_within_node", "pp_splits_layers",
             "batch_divisible", "interleaved_needs_pp", "virtual_stages_divide_layers",
             "interleaved_microbatches", "sp_needs_tp", "fp8_hardware", "precision_hardware",
             "zero3_no_pp", "zero_needs_dp", "nccl_gates"} <= set(names)
@@ -275,7 +280,8 @@ def test_default_space_175b_on_1024_a100() -> None:
     space = default_space(GPT3_175B, ctx_cluster, TrainingSpec(2048, 1536))
     # powers of two up to min(2*8, 96 heads, 1024) = 16
     assert space.tp == (1, 2, 4, 8, 16)
-    assert space.pp == (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96)  # divisors of 96
+    # divisors of 96 and of 1024 (64: 96 layers on 64 stages, 1 or 2 per stage)
+    assert space.pp == (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
     assert space.micro_batch_size == (1, 2, 4, 8, 16)
     assert space.precision == ("bf16",)
     assert space.recompute == ("none", "selective", "full")
@@ -284,6 +290,19 @@ def test_default_space_175b_on_1024_a100() -> None:
     assert space.schedule == ("1f1b", "interleaved")
     assert space.virtual_stages == (1, 2, 4)
     assert space.nccl_algo == ("auto",) and space.nccl_proto == ("auto",)
+
+
+def test_default_space_offers_uneven_pipeline_splits() -> None:
+    # Llama 3 405B: 126 layers, trained on 16 pipeline stages (one layer fewer on the first
+    # and the last); 126 = 2 * 3^2 * 7 has no power-of-two divisor beyond 2
+    l405 = ModelSpec("l405", 126, 16384, 128, 53248, 128256, num_kv_heads=8)
+    ctx = Context(l405, cluster(nodes=128), TrainingSpec(8192, 2048))
+    space = default_space(l405, ctx.cluster, ctx.training)
+    assert {8, 16, 64} <= set(space.pp) and max(space.pp) <= 126
+    assert explain(ctx, {"tp": 8, "pp": 16}) == []
+    # interleaving still needs pp * virtual_stages to divide the layers
+    assert "virtual_stages_divide_layers" in broken(ctx, tp=8, pp=16, schedule="interleaved",
+                                                    virtual_stages=2)
 
 
 def test_default_space_caps() -> None:
@@ -381,7 +400,7 @@ SMALL_GQA = ModelSpec("small-gqa", num_layers=12, hidden_size=1024, num_attentio
                  precision=("bf16", "fp8"), sequence_parallel=(False, True),
                  zero_stage=(0, 1, 3), schedule=("1f1b", "interleaved"), virtual_stages=(1, 2),
                  nccl_algo=("auto", "tree")),
-     {"world_size", "tp_divides_heads", "tp_within_node", "pp_divides_layers",
+     {"world_size", "tp_divides_heads", "tp_within_node", "pp_splits_layers",
       "batch_divisible", "interleaved_needs_pp", "interleaved_microbatches", "sp_needs_tp",
       "fp8_hardware", "zero3_no_pp", "zero_needs_dp", "nccl_gates"}),
     # one H100 node of 8, cross-node TP allowed (no effect inside a node), forced NCCL pairs;

@@ -479,24 +479,34 @@ def test_step_time_every_group_median(result):
 
 
 def test_ranking_within_sweeps(result):
-    # CI threshold (0.85), a little below issue 3's target; 0.855 on 2026-11-30
+    # CI threshold (0.85), a little below issue 3's target; 0.858 on 2026-11-30
     assert result["step_time"]["mean_spearman"] >= v.THRESHOLDS["mean_spearman"]
 
 
-@pytest.mark.xfail(reason="issue 3 target (mean within-sweep Spearman >= 0.9) not met: 0.855. "
+@pytest.mark.xfail(reason="issue 3 target (mean within-sweep Spearman >= 0.9) not met: 0.858. "
                    "An exact model would reach ~0.97 under the data's noise "
-                   "(benchmarks/spearman_ceiling.py); BLOOM's 7 small sweeps average 0.07 "
+                   "(benchmarks/spearman_ceiling.py); BLOOM's 7 small sweeps average 0.12 "
                    "(docs/cost-model.md, Known gaps)", strict=False)
 def test_ranking_meets_the_issue_target(result):
     assert result["step_time"]["mean_spearman"] >= 0.9
 
 
 def test_memory_against_bloom_peaks(result):
+    # CI threshold (12%); 10.7% on 2026-11-30
     assert result["memory"]["mape"] <= v.THRESHOLDS["memory_mape"]
 
 
+@pytest.mark.xfail(reason="issue 3 target (memory MAPE <= 10%) not met: 10.7%. BLOOM's nine "
+                   "'rebalancing' runs (bf16, type:transformer|embedding partition, fewer "
+                   "layers on the embedding stages) are all under-predicted by 13-17%; "
+                   "charging every stage ceil(L/pp) layers hid that (8.4%) "
+                   "(docs/cost-model.md, Known gaps)", strict=False)
+def test_memory_meets_the_issue_target(result):
+    assert result["memory"]["mape"] <= 0.10
+
+
 @pytest.mark.xfail(reason="bloom_prequel_110 (206B, tp4 pp12 dp8 mb2, bf16) is reported OOM "
-                   "but predicted at ~64 GiB, while bloom_prequel_104 (203B, same layout, "
+                   "but predicted at ~57 GiB, while bloom_prequel_104 (203B, same layout, "
                    "4.56e9 vs 4.60e9 parameters on the heaviest GPU, same micro-batch) "
                    "measured 67 GiB; nothing in the layout separates the two",
                    strict=False)
