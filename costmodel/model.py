@@ -465,8 +465,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     # ---- per-stage micro-batch times ----------------------------------------------------------
     layer_total = layer_f + layer_b + layer_rc + layer_tp + layer_host
     single = batch.pp == 1
-    first = np.where(single, n_first * layer_total + emb_t + head_t,
-                     n_first * layer_total + emb_t + pp_first)
+    first = n_first * layer_total + emb_t + np.where(single, head_t, pp_first)
     # a middle stage of a framework with serial blocking p2p (DeepSpeed) pays 4 transfers
     # (serial transfers add no re-gathers)
     pp_mid = (pp_mb_mid + out_regroup
@@ -596,10 +595,9 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     mem_first = w1 + g1 + o1 + act_first * (1 + eff.allocator_fraction) + np.where(single, logits, 0)
     mem_last = w2 + g2 + o2 + act_last * (1 + eff.allocator_fraction) + logits
     mem_mid = w3 + g3 + o3 + act_mid * (1 + eff.allocator_fraction)
-    use_last = (~single) & (mem_last > mem_first)
     # a middle stage only where it holds strictly more than the first and the last
     use_mid = has_mid & (mem_mid > np.maximum(mem_first, mem_last))
-    use_last = use_last & ~use_mid
+    use_last = ~single & ~use_mid & (mem_last > mem_first)
     fixed = buffers + eff.cuda_context_bytes
 
     def pick(x1, x2, x3):
