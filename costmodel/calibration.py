@@ -22,7 +22,8 @@ class Efficiency:
     kernel_overhead_s: float  # launch + tail per kernel
     step_overhead_s: float  # per optimizer step: data loader, logging, grad-norm, sync
     cuda_context_bytes: float  # CUDA context, cuBLAS/NCCL workspaces, per GPU
-    allocator_fraction: float  # caching-allocator fragmentation on top of tensors
+    allocator_fraction: float  # share of the allocator's reserve for step-time tensors left
+    # free but fragmented at the peak
     fp8_gemm_scale: float = 0.7  # fp8 GEMMs: this x ``gemm`` of the fp8 peak
     overlap_hidden: float = 0.6  # share of overlapped communication that overlap hides
     gemm_misaligned: float = 1.0  # GEMM efficiency factor when N or K is not 16-byte aligned
@@ -52,6 +53,14 @@ class Efficiency:
 # (llm-foundry H100 fp8 rows; NVIDIA Transformer Engine reports). CUDA context: "typically
 # 1-2 GB" (HF Ultra-Scale Playbook).
 #
+# ``allocator_fraction``: GMLake (Guo et al., ASPLOS 2024, arXiv:2401.08156) measures PyTorch's
+# caching allocator leaving 15% of its reserve fragmented on average (up to 33%) over eight
+# LLMs trained with DeepSpeed, FSDP and Colossal-AI on A100 80GB. 0.15 is that average, not a
+# fit; model.py applies it to what is allocated and freed within a step (activations, logits,
+# engine buckets, autograd-allocated gradients). Against BLOOM's 37 measured peaks it gives a
+# memory MAPE of 7.0% (0.05: 11.7%, 0.10: 9.4%, 0.20: 5.8%). Megatron-LM's recommended
+# PYTORCH_ALLOC_CONF=expandable_segments:True fragments less, which the model does not credit.
+#
 # ``gemm_misaligned``: a GEMM whose N or K is not a multiple of 16 bytes (an attention head
 # dimension such as 108 or 150) leaves cuBLAS's fast Tensor Core kernels: before cuBLAS 11 it
 # ran on CUDA cores; since, Tensor Cores are used with slower, narrow-load kernels (NVIDIA
@@ -65,10 +74,10 @@ class Efficiency:
 # (compute.py / model.py).
 _AMPERE = Efficiency(gemm=0.78, gemm_k_half=128.0, memory=0.85, attention=0.35,
                      kernel_overhead_s=4e-6, step_overhead_s=0.0,
-                     cuda_context_bytes=1.5e9, allocator_fraction=0.05, gemm_misaligned=0.125)
+                     cuda_context_bytes=1.5e9, allocator_fraction=0.15, gemm_misaligned=0.125)
 _HOPPER = Efficiency(gemm=0.68, gemm_k_half=128.0, memory=0.85, attention=0.18,
                      kernel_overhead_s=4e-6, step_overhead_s=0.0,
-                     cuda_context_bytes=1.5e9, allocator_fraction=0.05, gemm_misaligned=0.08)
+                     cuda_context_bytes=1.5e9, allocator_fraction=0.15, gemm_misaligned=0.08)
 _VOLTA = _AMPERE.with_(gemm=0.75, attention=0.25, gemm_misaligned=0.13)
 _BLACKWELL = _HOPPER
 
@@ -106,8 +115,12 @@ class FrameworkCosts:
     activation per in-flight micro-batch (deepspeed/runtime/pipe/engine.py, num_pipe_buffers).
     ``engine_buffer_bytes``: gradient reduce / all-gather buckets the engine allocates
     (DeepSpeed reduce_bucket_size + allgather_bucket_size, 5e8 elements each by default, in
-    16-bit). ``bf16_fp32_grads``: DeepSpeed's BF16_Optimizer accumulates gradients in an
-    unsharded fp32 buffer besides the bf16 gradients (+2 bytes per parameter over Megatron).
+    16-bit). ``bf16_fp32_grads``: DeepSpeed's BF16_Optimizer (bf16 with ZeRO 0/1) accumulates
+    gradients in an unsharded fp32 buffer besides the bf16 gradients (+2 bytes per parameter
+    over Megatron). ``zero_grad16``: DeepSpeed's ZeRO optimizer (and FP16_Optimizer) keeps
+    16-bit gradients and casts the local gradient partition to fp32 for the step: 2 bytes of
+    gradient per parameter and 4 + 12 optimizer bytes, sharded by ZeRO (DeepSpeed's
+    estimate_zero2_model_states_mem_needs, cost-model.md 4.3).
     ``collective_s``: rendezvous cost of each blocking TP collective (the ranks' launch skew).
     ``loss_bytes_per_logit`` / ``grad_accum_bytes``: HBM traffic of an unfused cross entropy
     and of gradient accumulation outside the GEMMs (Megatron-DeepSpeed; derived byte counts,
@@ -137,6 +150,13 @@ class FrameworkCosts:
     pipe_buffers: bool = False
     engine_buffer_bytes: float = 0.0
     bf16_fp32_grads: bool = False
+    zero_grad16: bool = False
+    # 16-bit gradients live in the param.grad tensors autograd allocates during each step's
+    # backward, between activation blocks, and zero_grad(set_to_none=True) frees after the
+    # step (DeepSpeed's ZeRO optimizer and BF16_Optimizer): they fragment the caching
+    # allocator like activations do. Megatron-LM keeps gradients in one contiguous buffer
+    # allocated at start-up.
+    autograd_grads: bool = False
     # HBM bytes per logit of the cross entropy (forward + backward). Megatron's
     # _VocabParallelCrossEntropy as Megatron-DeepSpeed runs it (2021-22) is unfused:
     # .contiguous() + .float() of the 16-bit logits (r2 w2 + r2 w4), max (r4), subtract (r4 w4),
@@ -190,6 +210,7 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
                                 collective_host_s=45e-6, pipe_regather_output=True,
                                 elementwise_traffic=1.5, pipe_buffers=True,
                                 engine_buffer_bytes=2 * 5e8 * 2, bf16_fp32_grads=True,
+                                zero_grad16=True, autograd_grads=True,
                                 loss_bytes_per_logit=58.0, grad_accum_bytes=6.0,
                                 grad_comm_bytes=2.0, serial_p2p=True),
     "fsdp": FrameworkCosts(layer_pass_s=0.0, elementwise_traffic=2.0),

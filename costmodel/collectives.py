@@ -150,6 +150,10 @@ TREE_CORRECTION = np.array([
      .9],
 ])
 MAX_CHANNELS = 64  # MAXCHANNELS since 2.25; rings search up to MAX_CHANNELS / 2
+# Buffer bytes of one connection, all three protocols (nccl.md §2): Simple NCCL_BUFFSIZE
+# 4 MiB, LL128 120 x 640 x 8 x 8 B, LL 8 x 512 x 8 x 16 B
+CONNECTION_BUFFER_BYTES = 4 * 2**20 + 120 * 640 * 8 * 8 + 8 * 512 * 8 * 16
+CONNECTIONS_PER_CHANNEL = 1  # receive side of the ring (the predecessor)
 MAX_NVLS_ARITY = 32
 COLLNET_MAX_LOCAL_RANKS = 8
 
@@ -402,6 +406,22 @@ class NcclSystem:
     def coll_channels(self, ppn: int, n_nodes: int) -> int:
         """Launched collective channels (comm->nChannels): 2 x the ring graph (nccl.md §1.2.6)."""
         return min(2 * self.graph("ring", ppn, n_nodes).n_channels, MAX_CHANNELS)
+
+    def communicator_buffer_bytes(self, ppn: int, n_nodes: int) -> float:
+        """GPU memory one rank's connection buffers take in a communicator of ``ppn`` ranks on
+        each of ``n_nodes`` nodes (0 for a single rank).
+
+        Every launched channel of the ring holds one receive connection (from the
+        predecessor) with a buffer per protocol: Simple 4 MiB (NCCL_BUFFSIZE), LL128 ~4.69
+        MiB, LL 512 KiB (nccl.md §2). Since 2.22 NCCL connects an algorithm when a job first
+        uses it (NCCL_RUNTIME_CONNECT), and training's large collectives use the ring; older
+        NCCL also connected the tree's two connections per channel at communicator creation
+        (three times this). NVLS multicast buffers (Hopper) are not counted.
+        """
+        if ppn * n_nodes <= 1:
+            return 0.0
+        return float(self.coll_channels(ppn, n_nodes) * CONNECTIONS_PER_CHANNEL
+                     * CONNECTION_BUFFER_BYTES)
 
 
 def nccl_system(cluster: ClusterSpec, *, cpu_vendor: str = "intel", collnet_enabled: bool = False,

@@ -56,7 +56,6 @@ DDP_BUCKET_ELEMENTS = 40e6
 # Adam (read master, m, v, grad: 16; write master, m, v: 12), copy master -> 16-bit params
 # (read 4, write 2), zero the grad buffer (write 4): 50. fp32: no unscale, no copy: 36.
 OPTIMIZER_STEP_BYTES = np.array([36.0, 36.0, 50.0, 50.0, 50.0])
-NCCL_BUFFER_BYTES = 0.5e9  # NCCL channel buffers across TP/DP/PP communicators (nccl.md 2)
 
 
 @dataclass(frozen=True)
@@ -118,21 +117,66 @@ def _system(cluster: ClusterSpec) -> coll.NcclSystem:
     return coll.nccl_system(cluster)
 
 
-def _geometry(cluster: ClusterSpec, tp, pp, dp) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def _nccl_buffer_bytes(system: coll.NcclSystem, lay: topology.LayoutTopology, tied: bool
+                       ) -> float:
+    """NCCL connection buffers on one rank, summed over the communicators it joins: the world
+    (init barriers), TP, DP, PP, model-parallel (TP x PP: gradient norm and overflow
+    checks) and, with tied embeddings, the first/last-stage embedding group
+    (NcclSystem.communicator_buffer_bytes; Megatron-LM parallel_state.initialize_model_parallel
+    and DeepSpeed's PipelineModule create these groups)."""
+    gpn = system.gpus_per_node
+    t, p, d = lay.tp.n_ranks, lay.pp.n_ranks, lay.dp.n_ranks
+    n = t * p * d
+    groups = [(min(n, gpn), -(-n // gpn))]
+    for g in (lay.tp, lay.dp, lay.pp):
+        groups.append((g.ranks_per_node, g.n_nodes))
+    if t > 1 and p > 1:
+        ppn = min(lay.tp.ranks_per_node * lay.pp.ranks_per_node, gpn)
+        groups.append((ppn, -(-t * p // ppn)))
+    if tied and p > 1:
+        groups.append((1, 2) if lay.pp.crosses_nodes else (2, 1))
+    return sum(system.communicator_buffer_bytes(ppn, nodes) for ppn, nodes in groups)
+
+
+def _geometry(cluster: ClusterSpec, tp, pp, dp, tied: bool = True
+              ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Group geometry per configuration, computed once per unique (tp, pp, dp).
 
     Returns the per-configuration columns and each configuration's layout index."""
     key = (tp.astype(np.int64) * 1_000_003 + pp) * 1_000_003 + dp
     uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
     cols = {name: np.empty(len(uniq)) for name in
-            ("tp_nodes", "dp_nodes", "pp_inter")}
+            ("tp_nodes", "dp_nodes", "pp_inter", "nccl_buffers")}
+    system = _system(cluster)
     for j, i in enumerate(first):
         lay = topology.layout_topology(cluster, int(tp[i]), int(pp[i]), int(dp[i]))
         cols["tp_nodes"][j] = lay.tp.n_nodes
         cols["dp_nodes"][j] = lay.dp.n_nodes
         cols["pp_inter"][j] = 1.0 if lay.pp.crosses_nodes else 0.0
+        cols["nccl_buffers"][j] = _nccl_buffer_bytes(system, lay, tied)
     inv = inv.reshape(-1)
     return {k: v[inv] for k, v in cols.items()}, inv
+
+
+def _state_bytes(fw, prec, pb, gb, ob, z, d):
+    """Gradient and optimizer-state bytes per parameter as the framework's optimizer holds
+    them, for ``model_state_bytes``: (unsharded-until-ZeRO-2 gradient bytes, gradient bytes
+    per parameter already divided by d where ZeRO >= 1 shards them, optimizer bytes).
+
+    Megatron-LM: fp32 main gradients (``GRAD_BYTES``). DeepSpeed: bf16 with ZeRO 0/1 runs
+    BF16_Optimizer, bf16 gradients beside an unsharded fp32 accumulation buffer (2 + 4;
+    deepspeed/runtime/bf16_optimizer.py fp32_groups_gradients_flat); other 16-bit training
+    runs the ZeRO optimizer (or FP16_Optimizer without ZeRO): 16-bit gradients (2) and, for
+    the step, an fp32 copy of the local gradient partition (4 / d) next to the fp32 master
+    weights and Adam moments (DeepSpeed's estimate_zero2_model_states_mem_needs: 18 = 2 + 4 +
+    4 + 8, cost-model.md 4.3).
+    """
+    sixteen = pb < 4.0
+    bf16_opt = fw.bf16_fp32_grads & (prec == PRECISIONS.index("bf16")) & (z <= 1) & sixteen
+    zero16 = fw.zero_grad16 & sixteen & ~bf16_opt
+    gm = np.where(bf16_opt, 6.0, np.where(zero16, 2.0, gb))
+    g_part = np.where(zero16, 4.0, 0.0) / np.where(z >= 1, d, 1.0)
+    return gm, g_part, ob
 
 
 class _Collectives:
@@ -423,7 +467,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
         return memory_op_time_s(nbytes, mem_bandwidth_bytes_per_s=bw, eff=eff,
                                 n_kernels=kernels)
 
-    geo, layout = _geometry(cluster, batch.tp, batch.pp, batch.dp)
+    geo, layout = _geometry(cluster, batch.tp, batch.pp, batch.dp, model.tied_embeddings)
     comm = _Collectives(system, batch, layout)
 
     # ---- per-layer and per-micro-batch terms, once per distinct layer shape ------------------
@@ -582,28 +626,35 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
         act_first = act_first + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_first)
         act_last = act_last + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_last)
         act_mid = act_mid + 2.0 * tokens * h * ea * infl_mid
-    w1, g1, o1 = model_state_bytes(psi_first, pb, gb, ob, z, d)
-    w2, g2, o2 = model_state_bytes(psi_last, pb, gb, ob, z, d)
-    w3, g3, o3 = model_state_bytes(psi_mid, pb, gb, ob, z, d)
-    if fw.bf16_fp32_grads:  # bf16 gradients beside the unsharded fp32 accumulation buffer
-        bf16 = prec == PRECISIONS.index("bf16")
-        g1 = g1 + np.where(bf16, 2.0 * psi_first, 0.0)
-        g2 = g2 + np.where(bf16, 2.0 * psi_last, 0.0)
-        g3 = g3 + np.where(bf16, 2.0 * psi_mid, 0.0)
+    gm, g_part, om = _state_bytes(fw, prec, pb, gb, ob, z, d)
+    w1, g1, o1 = model_state_bytes(psi_first, pb, gm, om, z, d)
+    w2, g2, o2 = model_state_bytes(psi_last, pb, gm, om, z, d)
+    w3, g3, o3 = model_state_bytes(psi_mid, pb, gm, om, z, d)
+    g1, g2, g3 = g1 + psi_first * g_part, g2 + psi_last * g_part, g3 + psi_mid * g_part
     zbuf = np.where(z >= 3, 2.0 * layer_params / t * pb, 0.0)
-    buffers = NCCL_BUFFER_BYTES + fw.engine_buffer_bytes + zbuf
-    mem_first = w1 + g1 + o1 + act_first * (1 + eff.allocator_fraction) + np.where(single, logits, 0)
-    mem_last = w2 + g2 + o2 + act_last * (1 + eff.allocator_fraction) + logits
-    mem_mid = w3 + g3 + o3 + act_mid * (1 + eff.allocator_fraction)
+    # tensors the caching allocator holds at the stage's peak (NCCL allocates its own)
+    mem_first = w1 + g1 + o1 + act_first + np.where(single, logits, 0)
+    mem_last = w2 + g2 + o2 + act_last + logits
+    mem_mid = w3 + g3 + o3 + act_mid
     # a middle stage only where it holds strictly more than the first and the last
     use_mid = has_mid & (mem_mid > np.maximum(mem_first, mem_last))
     use_last = ~single & ~use_mid & (mem_last > mem_first)
-    fixed = buffers + eff.cuda_context_bytes
-
     def pick(x1, x2, x3):
         return np.where(use_mid, x3, np.where(use_last, x2, x1))
 
-    peak_mem = pick(mem_first, mem_last, mem_mid) + fixed
+    # The caching allocator reserves more than it hands out: of what is allocated and freed
+    # within a step (activations, logits, engine buckets and, where autograd allocates them
+    # every step, the 16-bit gradients) a share ``allocator_fraction`` of the reserve stays
+    # free but fragmented at the peak, and nvidia-smi counts it. Buffers allocated once at
+    # start-up (weights, contiguous gradient buffers, optimizer states) do not fragment.
+    engine = fw.engine_buffer_bytes + zbuf
+    allocated = pick(mem_first, mem_last, mem_mid) + engine
+    step_grads = np.where(fw.autograd_grads & (pb < 4.0), 2.0, 0.0) \
+        * pick(psi_first, psi_last, psi_mid) / np.where(z >= 2, d, 1.0)
+    dynamic = (pick(act_first, act_last, act_mid) + np.where(use_last | single, logits, 0.0)
+               + engine + step_grads)
+    reserve = dynamic * eff.allocator_fraction / (1.0 - eff.allocator_fraction)
+    peak_mem = allocated + reserve + geo["nccl_buffers"] + eff.cuda_context_bytes
     act_peak = pick(act_first, act_last, act_mid)
     memory = {
         "weights": pick(w1, w2, w3),
@@ -611,9 +662,9 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
         "optimizer_states": pick(o1, o2, o3),
         "activations": act_peak,
         "logits": np.where(use_last | single, logits, 0.0),
-        "communication_buffers": buffers,
+        "communication_buffers": geo["nccl_buffers"] + engine,
         "cuda_context": np.full_like(t, eff.cuda_context_bytes),
-        "allocator_reserve": act_peak * eff.allocator_fraction,
+        "allocator_reserve": reserve,
     }
 
     # ---- results -------------------------------------------------------------------------------

@@ -568,3 +568,106 @@ def test_unrunnable_collective_scores_inf_without_warnings(framework, sp, pp):
                    ConfigBatch.from_configs([par]))
     assert sc.step_time_s[0] == np.inf
     assert sc.time_breakdown_s["tp_comm"][0] == np.inf
+
+
+# ---- framework optimizer states, NCCL buffers, allocator reserve ---------------------------
+def _states_per_param(framework: str, precision: str, zero: int, dp: int = 8):
+    """(gradient, optimizer) bytes per local parameter on the peak stage of a pp=1 run."""
+    from costmodel.batch import ConfigBatch
+    from costmodel.hardware import default_cluster
+    from costmodel.model import score
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    model = ModelSpec(name="m", num_layers=4, hidden_size=4096, num_attention_heads=32,
+                      ffn_hidden_size=16384, vocab_size=50000)
+    training = TrainingSpec(seq_length=2048, global_batch_size=dp, framework=framework)
+    par = ParallelConfig(tp=1, pp=1, dp=dp, micro_batch_size=1, precision=precision,
+                         recompute="full", zero_stage=zero)
+    sc = score(model, default_cluster(dp), training, ConfigBatch.from_configs([par]))
+    mem = sc.memory_breakdown_bytes
+    pb = 4.0 if precision in ("fp32", "tf32") else 2.0
+    psi = mem["weights"][0] / (pb / (dp if zero >= 3 else 1))
+    return mem["gradients"][0] / psi, mem["optimizer_states"][0] / psi
+
+
+@pytest.mark.parametrize(("framework", "precision", "zero", "grads", "optim"), [
+    # Megatron-LM: fp32 main gradients, 2 + 4 + 12/d (cost-model.md 4.2)
+    ("megatron", "bf16", 1, 4.0, 12 / 8),
+    ("megatron", "fp16", 0, 4.0, 12.0),
+    # DeepSpeed ZeRO optimizer: 16-bit grads + the fp32 copy of the local partition
+    # (estimate_zero2_model_states_mem_needs 18 = 2 + 4 + 4 + 8; cost-model.md 4.3)
+    ("deepspeed", "fp16", 1, 2 + 4 / 8, 12 / 8),
+    ("deepspeed", "fp16", 0, 2 + 4.0, 12.0),
+    ("deepspeed", "fp16", 2, (2 + 4) / 8, 12 / 8),
+    ("deepspeed", "bf16", 2, (2 + 4) / 8, 12 / 8),
+    # DeepSpeed BF16_Optimizer (bf16, ZeRO 0/1): bf16 grads + unsharded fp32 accumulation
+    ("deepspeed", "bf16", 1, 2 + 4.0, 12 / 8),
+    ("deepspeed", "fp32", 1, 4.0, 8 / 8),
+])
+def test_optimizer_states_follow_the_framework(framework, precision, zero, grads, optim):
+    g, o = _states_per_param(framework, precision, zero)
+    assert g == pytest.approx(grads, rel=1e-9)
+    assert o == pytest.approx(optim, rel=1e-9)
+
+
+def test_deepspeed_fp16_zero1_is_four_plus_sixteen_over_d():
+    # DeepSpeed's older estimator for stage 1: 4 P + 16 P / n (cost-model.md 4.3)
+    for dp in (1, 4, 16):
+        g, o = _states_per_param("deepspeed", "fp16", 1, dp)
+        assert 2.0 + g + o == pytest.approx(4.0 + 16.0 / dp, rel=1e-9)
+
+
+def test_nccl_buffers_are_ring_channels_times_protocol_buffers():
+    from costmodel.collectives import CONNECTION_BUFFER_BYTES, nccl_system
+    from costmodel.hardware import default_cluster
+
+    # Simple 4 MiB + LL128 120*640*8*8 B + LL 512 KiB (nccl.md section 2)
+    assert CONNECTION_BUFFER_BYTES == 4 * 2**20 + 4_915_200 + 2**19
+    system = nccl_system(default_cluster(16))
+    assert system.communicator_buffer_bytes(1, 1) == 0.0
+    # 8 x A100 NVSwitch: 24 launched channels (nccl.md 1.3)
+    assert system.coll_channels(8, 1) == 24
+    assert system.communicator_buffer_bytes(8, 1) == 24 * CONNECTION_BUFFER_BYTES
+
+
+def test_nccl_buffers_grow_with_the_communicators_a_rank_joins():
+    from costmodel.collectives import nccl_system
+    from costmodel.hardware import default_cluster
+    from costmodel.model import _nccl_buffer_bytes
+    from costmodel.topology import layout_topology
+
+    cluster = default_cluster(16)
+    system = nccl_system(cluster)
+    world = system.communicator_buffer_bytes(8, 2)
+    dp_only = _nccl_buffer_bytes(system, layout_topology(cluster, 1, 1, 16), tied=True)
+    assert dp_only == pytest.approx(2 * world)  # the world and the DP group coincide in shape
+    full = _nccl_buffer_bytes(system, layout_topology(cluster, 4, 2, 2), tied=True)
+    untied = _nccl_buffer_bytes(system, layout_topology(cluster, 4, 2, 2), tied=False)
+    assert full > untied > world
+
+
+def test_allocator_reserve_covers_step_allocations_only():
+    # reserve = f / (1 - f) x what is allocated within a step; DeepSpeed's autograd-allocated
+    # 16-bit gradients count, Megatron's contiguous gradient buffer does not
+    from costmodel.calibration import efficiency_for
+    from costmodel.hardware import default_cluster
+
+    f = efficiency_for(default_cluster(8).gpu.compute_capability).allocator_fraction
+    for framework in ("megatron", "deepspeed"):
+        from costmodel.batch import ConfigBatch
+        from costmodel.model import score
+        from costmodel.specs import ParallelConfig, TrainingSpec
+
+        model = ModelSpec(name="m", num_layers=4, hidden_size=4096, num_attention_heads=32,
+                          ffn_hidden_size=16384, vocab_size=50000)
+        training = TrainingSpec(seq_length=2048, global_batch_size=8, framework=framework)
+        par = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=1, precision="bf16",
+                             recompute="full", zero_stage=1)
+        sc = score(model, default_cluster(8), training, ConfigBatch.from_configs([par]))
+        m = {k: v[0] for k, v in sc.memory_breakdown_bytes.items()}
+        engine = 2 * 5e8 * 2 if framework == "deepspeed" else 0.0
+        dynamic = m["activations"] + m["logits"] + engine
+        if framework == "deepspeed":
+            dynamic += 2.0 * m["weights"] / 2.0  # bf16 grads: 2 bytes per parameter
+        assert m["allocator_reserve"] == pytest.approx(dynamic * f / (1 - f), rel=1e-9)
+        assert sum(m.values()) == pytest.approx(sc.peak_memory_bytes[0], rel=1e-12)
