@@ -179,6 +179,11 @@ def _state_bytes(fw, prec, pb, gb, ob, z, d):
     return gm, g_part, ob
 
 
+# HBM bytes per element of Transformer Engine's fused cast-transpose to fp8: read the 16-bit
+# tensor (2), write its fp8 copy (1) and the transposed fp8 copy (1)
+FP8_CAST_BYTES = 4.0
+
+
 class _Collectives:
     """Collective times through the NCCL model, computed once per distinct call.
 
@@ -324,8 +329,16 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
               + rotary * tokens * (a + g) * hd) * ea
     t_elem_f = memop(fw.elementwise_traffic * (outside / np.where(sp, t, 1.0) + inside / t),
                      6.0)
-    layer_f = t_gemm_f + t_attn_f + t_elem_f
-    layer_b = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_elem_f
+    # fp8 linears (Transformer Engine): each casts its 16-bit input to fp8 together with the
+    # transposed copy its weight gradient needs (read 2, write 1 + 1 bytes per element), and
+    # the backward casts each output gradient the same way; the weights' fp8 copies are kept
+    # across a step's micro-batches (is_first_microbatch), so their cast is left out
+    cast_in = tokens * (2.0 * h + a * hd / t + f / t)
+    cast_out = tokens * ((a + 2 * g) * hd / t + 2.0 * h + up / t)
+    t_cast_f = np.where(fp8, memop(FP8_CAST_BYTES * cast_in, 4.0), 0.0)
+    t_cast_b = np.where(fp8, memop(FP8_CAST_BYTES * cast_out, 4.0), 0.0)
+    layer_f = t_gemm_f + t_attn_f + t_elem_f + t_cast_f
+    layer_b = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_elem_f + t_cast_b
     # gradient accumulation outside the GEMMs (AccumulateGrad adds a micro-batch's gradient
     # into param.grad; the first micro-batch of a step only hands it over, so score() charges
     # it (m - 1) / m per micro-batch); an fp32 buffer (bf16_fp32_grads) moves 4 bytes more

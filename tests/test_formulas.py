@@ -671,3 +671,34 @@ def test_allocator_reserve_covers_step_allocations_only():
             dynamic += 2.0 * m["weights"] / 2.0  # bf16 grads: 2 bytes per parameter
         assert m["allocator_reserve"] == pytest.approx(dynamic * f / (1 - f), rel=1e-9)
         assert sum(m.values()) == pytest.approx(sc.peak_memory_bytes[0], rel=1e-12)
+
+
+def test_fp8_linears_pay_the_cast_transpose_traffic(monkeypatch):
+    # Transformer Engine casts each linear's input (forward) and output gradient (backward)
+    # to fp8 with a transposed copy: 4 bytes of HBM traffic per element, one kernel each
+    import costmodel.model as M
+    from costmodel.batch import ConfigBatch
+    from costmodel.calibration import efficiency_for
+    from costmodel.hardware import default_cluster, get_gpu
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    gpu = get_gpu("h100-sxm-80gb")
+    cluster = default_cluster(8, gpu="h100-sxm-80gb")
+    eff = efficiency_for(gpu.compute_capability)
+    model = ModelSpec(name="m", num_layers=4, hidden_size=4096, num_attention_heads=32,
+                      num_kv_heads=8, ffn_hidden_size=14336, vocab_size=32000,
+                      gated_mlp=True)
+    training = TrainingSpec(seq_length=4096, global_batch_size=8)
+    par = ParallelConfig(tp=2, pp=1, dp=4, micro_batch_size=1, precision="fp8",
+                         recompute="none", sequence_parallel=True)
+    batch = ConfigBatch.from_configs([par])
+    with_casts = M.score(model, cluster, training, batch).time_breakdown_s["compute"][0]
+    monkeypatch.setattr(M, "FP8_CAST_BYTES", 0.0)
+    without = M.score(model, cluster, training, batch).time_breakdown_s["compute"][0]
+    tokens, h, t, hd, f = 4096.0, 4096.0, 2.0, 128.0, 14336.0
+    cast_in = tokens * (2 * h + 32 * hd / t + f / t)
+    cast_out = tokens * ((32 + 2 * 8) * hd / t + 2 * h + 2 * f / t)
+    bw = eff.memory * gpu.memory_bandwidth_bytes_per_s
+    per_layer = 4.0 * (cast_in + cast_out) / bw  # kernel launches cancel in the difference
+    m = 8 // 4  # micro-batches per step: global batch 8 over dp 4 at micro-batch 1
+    assert with_casts - without == pytest.approx(m * 4 * per_layer, rel=1e-6)
