@@ -123,8 +123,8 @@ class FrameworkCosts:
     gradients in an unsharded fp32 buffer besides the bf16 gradients (+2 bytes per parameter
     over Megatron). ``zero_grad16``: DeepSpeed's ZeRO optimizer (and FP16_Optimizer) keeps
     16-bit gradients and casts the local gradient partition to fp32 for the step: 2 bytes of
-    gradient per parameter and 4 + 12 optimizer bytes, sharded by ZeRO (DeepSpeed's
-    estimate_zero2_model_states_mem_needs, cost-model.md 4.3).
+    16-bit gradient per parameter plus 4 of fp32 gradient sharded from ZeRO-1 on, beside the
+    12 optimizer bytes (DeepSpeed's own estimators, cost-model.md 4.3; model._state_bytes).
     ``collective_s``: rendezvous cost of each blocking TP collective (the ranks' launch skew).
     ``loss_bytes_per_logit`` / ``grad_accum_bytes``: HBM traffic of an unfused cross entropy
     and of gradient accumulation outside the GEMMs (Megatron-DeepSpeed; derived byte counts,

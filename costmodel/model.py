@@ -163,16 +163,19 @@ def _state_bytes(fw, prec, pb, gb, ob, z, d):
     them, for ``model_state_bytes``: (unsharded-until-ZeRO-2 gradient bytes, gradient bytes
     per parameter already divided by d where ZeRO >= 1 shards them, optimizer bytes).
 
-    Megatron-LM: fp32 main gradients (``GRAD_BYTES``). DeepSpeed: bf16 with ZeRO 0/1 runs
-    BF16_Optimizer, bf16 gradients beside an unsharded fp32 accumulation buffer (2 + 4;
-    deepspeed/runtime/bf16_optimizer.py fp32_groups_gradients_flat); other 16-bit training
-    runs the ZeRO optimizer (or FP16_Optimizer without ZeRO): 16-bit gradients (2) and, for
-    the step, an fp32 copy of the local gradient partition (4 / d) next to the fp32 master
-    weights and Adam moments (DeepSpeed's estimate_zero2_model_states_mem_needs: 18 = 2 + 4 +
-    4 + 8, cost-model.md 4.3).
+    Megatron-LM: fp32 main gradients (``GRAD_BYTES``). DeepSpeed: bf16 weights (bf16, and fp8,
+    whose DeepSpeed config is the bf16 one) with ZeRO 0/1 run BF16_Optimizer, bf16 gradients
+    beside an unsharded fp32 accumulation buffer (2 + 4; deepspeed/runtime/bf16_optimizer.py
+    fp32_groups_gradients_flat); other 16-bit training runs the ZeRO optimizer (or
+    FP16_Optimizer without ZeRO): 16-bit gradients (2) and, for the step, an fp32 copy of the
+    local gradient partition (4 / d) next to the fp32 master weights and Adam moments (12 / d).
+    With the weights that is DeepSpeed's own estimate (cost-model.md 4.3): 4 + 16/d at ZeRO-1
+    (older estimate_zero2_model_states_mem_needs), 2 + 18/d at ZeRO-2 (current: 18 = 2 grads16
+    + 4 grads32 + 4 params32 + 8 Adam).
     """
     sixteen = pb < 4.0
-    bf16_opt = fw.bf16_fp32_grads & (prec == PRECISIONS.index("bf16")) & (z <= 1) & sixteen
+    bf16_weights = (prec == PRECISIONS.index("bf16")) | (prec == PRECISIONS.index("fp8"))
+    bf16_opt = fw.bf16_fp32_grads & bf16_weights & (z <= 1)
     zero16 = fw.zero_grad16 & sixteen & ~bf16_opt
     gm = np.where(bf16_opt, 6.0, np.where(zero16, 2.0, gb))
     g_part = np.where(zero16, 4.0, 0.0) / np.where(z >= 1, d, 1.0)
@@ -645,36 +648,39 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     w3, g3, o3 = model_state_bytes(psi_mid, pb, gm, om, z, d)
     g1, g2, g3 = g1 + psi_first * g_part, g2 + psi_last * g_part, g3 + psi_mid * g_part
     zbuf = np.where(z >= 3, 2.0 * layer_params / t * pb, 0.0)
-    # tensors the caching allocator holds at the stage's peak (NCCL allocates its own)
-    mem_first = w1 + g1 + o1 + act_first + np.where(single, logits, 0)
-    mem_last = w2 + g2 + o2 + act_last + logits
-    mem_mid = w3 + g3 + o3 + act_mid
+    # What the caching allocator reserves on each stage. Of what is allocated and freed
+    # within a step (activations, logits, engine buckets and, where autograd allocates them
+    # every step, the 16-bit gradients) a share ``allocator_fraction`` of the reserve stays
+    # free but fragmented at the peak, and nvidia-smi counts it; buffers allocated once at
+    # start-up (weights, contiguous gradient buffers, optimizer states) do not fragment.
+    # NCCL allocates its own buffers.
+    engine = fw.engine_buffer_bytes + zbuf
+    grad16 = np.where(fw.autograd_grads & (pb < 4.0), 2.0, 0.0) / np.where(z >= 2, d, 1.0)
+    keep = eff.allocator_fraction / (1.0 - eff.allocator_fraction)
+    logits_first = np.where(single, logits, 0.0)
+    res_first = (act_first + logits_first + engine + grad16 * psi_first) * keep
+    res_last = (act_last + logits + engine + grad16 * psi_last) * keep
+    res_mid = (act_mid + engine + grad16 * psi_mid) * keep
+    mem_first = w1 + g1 + o1 + act_first + logits_first + res_first
+    mem_last = w2 + g2 + o2 + act_last + logits + res_last
+    mem_mid = w3 + g3 + o3 + act_mid + res_mid
     # a middle stage only where it holds strictly more than the first and the last
     use_mid = has_mid & (mem_mid > np.maximum(mem_first, mem_last))
     use_last = ~single & ~use_mid & (mem_last > mem_first)
+
     def pick(x1, x2, x3):
         return np.where(use_mid, x3, np.where(use_last, x2, x1))
 
-    # The caching allocator reserves more than it hands out: of what is allocated and freed
-    # within a step (activations, logits, engine buckets and, where autograd allocates them
-    # every step, the 16-bit gradients) a share ``allocator_fraction`` of the reserve stays
-    # free but fragmented at the peak, and nvidia-smi counts it. Buffers allocated once at
-    # start-up (weights, contiguous gradient buffers, optimizer states) do not fragment.
-    engine = fw.engine_buffer_bytes + zbuf
-    allocated = pick(mem_first, mem_last, mem_mid) + engine
-    step_grads = np.where(fw.autograd_grads & (pb < 4.0), 2.0, 0.0) \
-        * pick(psi_first, psi_last, psi_mid) / np.where(z >= 2, d, 1.0)
-    dynamic = (pick(act_first, act_last, act_mid) + np.where(use_last | single, logits, 0.0)
-               + engine + step_grads)
-    reserve = dynamic * eff.allocator_fraction / (1.0 - eff.allocator_fraction)
-    peak_mem = allocated + reserve + geo["nccl_buffers"] + eff.cuda_context_bytes
+    reserve = pick(res_first, res_last, res_mid)
+    peak_mem = (pick(mem_first, mem_last, mem_mid) + engine + geo["nccl_buffers"]
+                + eff.cuda_context_bytes)
     act_peak = pick(act_first, act_last, act_mid)
     memory = {
         "weights": pick(w1, w2, w3),
         "gradients": pick(g1, g2, g3),
         "optimizer_states": pick(o1, o2, o3),
         "activations": act_peak,
-        "logits": np.where(use_last | single, logits, 0.0),
+        "logits": pick(logits_first, logits, 0.0),
         "communication_buffers": geo["nccl_buffers"] + engine,
         "cuda_context": np.full_like(t, eff.cuda_context_bytes),
         "allocator_reserve": reserve,

@@ -602,6 +602,7 @@ def _states_per_param(framework: str, precision: str, zero: int, dp: int = 8):
     ("deepspeed", "bf16", 2, (2 + 4) / 8, 12 / 8),
     # DeepSpeed BF16_Optimizer (bf16, ZeRO 0/1): bf16 grads + unsharded fp32 accumulation
     ("deepspeed", "bf16", 1, 2 + 4.0, 12 / 8),
+    ("deepspeed", "fp8", 1, 2 + 4.0, 12 / 8),  # bf16 weights: the DeepSpeed bf16 config
     ("deepspeed", "fp32", 1, 4.0, 8 / 8),
 ])
 def test_optimizer_states_follow_the_framework(framework, precision, zero, grads, optim):
