@@ -155,10 +155,10 @@ class FrameworkCosts:
     engine_buffer_bytes: float = 0.0
     bf16_fp32_grads: bool = False
     zero_grad16: bool = False
-    # 16-bit gradients live in the param.grad tensors autograd allocates during each step's
-    # backward, between activation blocks, and zero_grad(set_to_none=True) frees after the
-    # step (DeepSpeed's ZeRO optimizer and BF16_Optimizer): they fragment the caching
-    # allocator like activations do. Megatron-LM keeps gradients in one contiguous buffer
+    # Gradients live in the param.grad tensors (in the weights' dtype) that autograd allocates
+    # during each step's backward, between activation blocks, and zero_grad(set_to_none=True)
+    # frees after the step (DeepSpeed's ZeRO optimizer and BF16_Optimizer): they fragment the
+    # caching allocator like activations do. Megatron-LM keeps gradients in one contiguous buffer
     # allocated at start-up.
     autograd_grads: bool = False
     # HBM bytes per logit of the cross entropy (forward + backward). Megatron's

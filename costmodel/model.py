@@ -650,17 +650,17 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     zbuf = np.where(z >= 3, 2.0 * layer_params / t * pb, 0.0)
     # What the caching allocator reserves on each stage. Of what is allocated and freed
     # within a step (activations, logits, engine buckets and, where autograd allocates them
-    # every step, the 16-bit gradients) a share ``allocator_fraction`` of the reserve stays
+    # every step, the gradients in the weights' dtype) a share ``allocator_fraction`` of the reserve stays
     # free but fragmented at the peak, and nvidia-smi counts it; buffers allocated once at
     # start-up (weights, contiguous gradient buffers, optimizer states) do not fragment.
     # NCCL allocates its own buffers.
     engine = fw.engine_buffer_bytes + zbuf
-    grad16 = np.where(fw.autograd_grads & (pb < 4.0), 2.0, 0.0) / np.where(z >= 2, d, 1.0)
+    step_grad = np.where(fw.autograd_grads, pb, 0.0) / np.where(z >= 2, d, 1.0)
     keep = eff.allocator_fraction / (1.0 - eff.allocator_fraction)
     logits_first = np.where(single, logits, 0.0)
-    res_first = (act_first + logits_first + engine + grad16 * psi_first) * keep
-    res_last = (act_last + logits + engine + grad16 * psi_last) * keep
-    res_mid = (act_mid + engine + grad16 * psi_mid) * keep
+    res_first = (act_first + logits_first + engine + step_grad * psi_first) * keep
+    res_last = (act_last + logits + engine + step_grad * psi_last) * keep
+    res_mid = (act_mid + engine + step_grad * psi_mid) * keep
     mem_first = w1 + g1 + o1 + act_first + logits_first + res_first
     mem_last = w2 + g2 + o2 + act_last + logits + res_last
     mem_mid = w3 + g3 + o3 + act_mid + res_mid
