@@ -335,8 +335,10 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     # fp8 linears (Transformer Engine): each casts its 16-bit input to fp8 together with the
     # transposed copy its weight gradient needs (read 2, write 1 + 1 bytes per element), and
     # the backward casts each output gradient the same way; the weights' fp8 copies are kept
-    # across a step's micro-batches (is_first_microbatch), so their cast is left out
-    cast_in = tokens * (2.0 * h + a * hd / t + f / t)
+    # across a step's micro-batches (is_first_microbatch), so their cast is left out. With
+    # sequence parallelism the layer-norm outputs feeding QKV and FC1 are cast on the local
+    # sequence shard and all-gathered in fp8 (TE LayerNormLinear / LayerNormMLP).
+    cast_in = tokens * (2.0 * h / np.where(sp, t, 1.0) + a * hd / t + f / t)
     cast_out = tokens * ((a + 2 * g) * hd / t + 2.0 * h + up / t)
     t_cast_f = np.where(fp8, memop(FP8_CAST_BYTES * cast_in, 4.0), 0.0)
     t_cast_b = np.where(fp8, memop(FP8_CAST_BYTES * cast_out, 4.0), 0.0)

@@ -697,7 +697,7 @@ def test_fp8_linears_pay_the_cast_transpose_traffic(monkeypatch):
     monkeypatch.setattr(M, "FP8_CAST_BYTES", 0.0)
     without = M.score(model, cluster, training, batch).time_breakdown_s["compute"][0]
     tokens, h, t, hd, f = 4096.0, 4096.0, 2.0, 128.0, 14336.0
-    cast_in = tokens * (2 * h + 32 * hd / t + f / t)
+    cast_in = tokens * (2 * h / t + 32 * hd / t + f / t)  # SP: LN outputs cast per shard
     cast_out = tokens * ((32 + 2 * 8) * hd / t + 2 * h + 2 * f / t)
     bw = eff.memory * gpu.memory_bandwidth_bytes_per_s
     per_layer = 4.0 * (cast_in + cast_out) / bw  # kernel launches cancel in the difference
