@@ -124,7 +124,7 @@ class FrameworkCosts:
     over Megatron). ``zero_grad16``: DeepSpeed's ZeRO optimizer (and FP16_Optimizer) keeps
     16-bit gradients and casts the local gradient partition to fp32 for the step: 2 bytes of
     16-bit gradient per parameter plus 4 of fp32 gradient sharded from ZeRO-1 on, beside the
-    12 optimizer bytes (DeepSpeed's own estimators, cost-model.md 4.3; model._state_bytes).
+    12 optimizer bytes (DeepSpeed's own estimators, cost-model.md 4.3; model._gradient_bytes).
     ``collective_s``: rendezvous cost of each blocking TP collective (the ranks' launch skew).
     ``loss_bytes_per_logit`` / ``grad_accum_bytes``: HBM traffic of an unfused cross entropy
     and of gradient accumulation outside the GEMMs (Megatron-DeepSpeed; derived byte counts,

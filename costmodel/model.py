@@ -56,6 +56,9 @@ DDP_BUCKET_ELEMENTS = 40e6
 # Adam (read master, m, v, grad: 16; write master, m, v: 12), copy master -> 16-bit params
 # (read 4, write 2), zero the grad buffer (write 4): 50. fp32: no unscale, no copy: 36.
 OPTIMIZER_STEP_BYTES = np.array([36.0, 36.0, 50.0, 50.0, 50.0])
+# HBM bytes per element of Transformer Engine's fused cast-transpose to fp8: read the 16-bit
+# tensor (2), write its fp8 copy (1) and the transposed fp8 copy (1)
+FP8_CAST_BYTES = 4.0
 
 
 @dataclass(frozen=True)
@@ -158,10 +161,10 @@ def _geometry(cluster: ClusterSpec, tp, pp, dp, tied: bool = True
     return {k: v[inv] for k, v in cols.items()}, inv
 
 
-def _state_bytes(fw, prec, pb, gb, ob, z, d):
-    """Gradient and optimizer-state bytes per parameter as the framework's optimizer holds
-    them, for ``model_state_bytes``: (unsharded-until-ZeRO-2 gradient bytes, gradient bytes
-    per parameter already divided by d where ZeRO >= 1 shards them, optimizer bytes).
+def _gradient_bytes(fw, prec, pb, gb, z, d):
+    """Gradient bytes per parameter as the framework's optimizer holds them: (the bytes
+    ``model_state_bytes`` shards from ZeRO-2 on, the bytes already divided by d where ZeRO-1
+    shards them). The optimizer states stay ``OPTIMIZER_BYTES``.
 
     Megatron-LM: fp32 main gradients (``GRAD_BYTES``). DeepSpeed: bf16 weights (bf16, and fp8,
     whose DeepSpeed config is the bf16 one) with ZeRO 0/1 run BF16_Optimizer, bf16 gradients
@@ -179,12 +182,7 @@ def _state_bytes(fw, prec, pb, gb, ob, z, d):
     zero16 = fw.zero_grad16 & sixteen & ~bf16_opt
     gm = np.where(bf16_opt, 6.0, np.where(zero16, 2.0, gb))
     g_part = np.where(zero16, 4.0, 0.0) / np.where(z >= 1, d, 1.0)
-    return gm, g_part, ob
-
-
-# HBM bytes per element of Transformer Engine's fused cast-transpose to fp8: read the 16-bit
-# tensor (2), write its fp8 copy (1) and the transposed fp8 copy (1)
-FP8_CAST_BYTES = 4.0
+    return gm, g_part
 
 
 class _Collectives:
@@ -644,18 +642,18 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
         act_first = act_first + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_first)
         act_last = act_last + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_last)
         act_mid = act_mid + 2.0 * tokens * h * ea * infl_mid
-    gm, g_part, om = _state_bytes(fw, prec, pb, gb, ob, z, d)
-    w1, g1, o1 = model_state_bytes(psi_first, pb, gm, om, z, d)
-    w2, g2, o2 = model_state_bytes(psi_last, pb, gm, om, z, d)
-    w3, g3, o3 = model_state_bytes(psi_mid, pb, gm, om, z, d)
+    gm, g_part = _gradient_bytes(fw, prec, pb, gb, z, d)
+    w1, g1, o1 = model_state_bytes(psi_first, pb, gm, ob, z, d)
+    w2, g2, o2 = model_state_bytes(psi_last, pb, gm, ob, z, d)
+    w3, g3, o3 = model_state_bytes(psi_mid, pb, gm, ob, z, d)
     g1, g2, g3 = g1 + psi_first * g_part, g2 + psi_last * g_part, g3 + psi_mid * g_part
     zbuf = np.where(z >= 3, 2.0 * layer_params / t * pb, 0.0)
     # What the caching allocator reserves on each stage. Of what is allocated and freed
     # within a step (activations, logits, engine buckets and, where autograd allocates them
-    # every step, the gradients in the weights' dtype) a share ``allocator_fraction`` of the reserve stays
-    # free but fragmented at the peak, and nvidia-smi counts it; buffers allocated once at
-    # start-up (weights, contiguous gradient buffers, optimizer states) do not fragment.
-    # NCCL allocates its own buffers.
+    # every step, the gradients in the weights' dtype) a share ``allocator_fraction`` of the
+    # reserve stays free but fragmented at the peak, and nvidia-smi counts it; buffers
+    # allocated once at start-up (weights, contiguous gradient buffers, optimizer states) do
+    # not fragment. NCCL allocates its own buffers.
     engine = fw.engine_buffer_bytes + zbuf
     step_grad = np.where(fw.autograd_grads, pb, 0.0) / np.where(z >= 2, d, 1.0)
     keep = eff.allocator_fraction / (1.0 - eff.allocator_fraction)
