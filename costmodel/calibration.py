@@ -57,7 +57,7 @@ class Efficiency:
 # the 1.3-1.5x NVIDIA reports for Transformer Engine. CUDA context: "typically
 # 1-2 GB" (HF Ultra-Scale Playbook).
 #
-# ``allocator_fraction``: GMLake (Guo et al., ASPLOS 2024, arXiv:2401.08156) measures PyTorch's
+# ``allocator_fraction``: GMLake (Guo et al., ASPLOS 2024, arXiv:2401.08156) reports PyTorch's
 # caching allocator leaving 15% of its reserve fragmented on average (up to 33%) over eight
 # LLMs trained with DeepSpeed, FSDP and Colossal-AI on A100 80GB. 0.15 is that average, not a
 # fit; model.py applies it to what is allocated and freed within a step (activations, logits,
@@ -119,7 +119,7 @@ class FrameworkCosts:
     activation per in-flight micro-batch (deepspeed/runtime/pipe/engine.py, num_pipe_buffers).
     ``engine_buffer_bytes``: gradient reduce / all-gather buckets the engine allocates
     (DeepSpeed reduce_bucket_size + allgather_bucket_size, 5e8 elements each by default, in
-    16-bit). ``bf16_fp32_grads``: DeepSpeed's BF16_Optimizer (bf16 with ZeRO 0/1) accumulates
+    16-bit). ``bf16_fp32_grads``: DeepSpeed's BF16_Optimizer (bf16 weights, ZeRO 0/1) accumulates
     gradients in an unsharded fp32 buffer besides the bf16 gradients (+2 bytes per parameter
     over Megatron). ``zero_grad16``: DeepSpeed's ZeRO optimizer (and FP16_Optimizer) keeps
     16-bit gradients and casts the local gradient partition to fp32 for the step: 2 bytes of
