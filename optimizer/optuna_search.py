@@ -455,14 +455,20 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
             with warnings.catch_warnings():  # "Heartbeat ... supposed to be used with optimize"
                 warnings.simplefilter("ignore", UserWarning)
                 trial = study.ask()
-            if shared:
-                st.record_heartbeat(study, trial)
-                trial.set_user_attr(st.WORKER_ATTR, me)
 
             def choose(name: str, choices: tuple[Any, ...], trial=trial) -> Any:
                 return trial.suggest_categorical(name, list(choices))
 
-            batch.append((trial, enc.walk(choose)))
+            try:
+                if shared:
+                    st.record_heartbeat(study, trial)
+                    trial.set_user_attr(st.WORKER_ATTR, me)
+                batch.append((trial, enc.walk(choose)))
+            except UpdateFinishedTrialError:
+                # a worker starting on the same journal failed it while it was still untagged
+                # (storage.fail_dead_trials: untagged RUNNING trials are a killed run's at
+                # start-up): FAIL, not counted; the next round asks again
+                continue
 
         # 2. concurrent workers: drop trials beyond the budget (by trial number)
         if shared:
