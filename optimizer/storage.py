@@ -26,7 +26,9 @@ RUNNING trials nobody will ever finish:
   or is this process but not a search running now (an earlier, interrupted call);
 - journal storages: also every RUNNING trial owned by another host or by nobody. A journal
   file has a **single-writer assumption** per host: several processes on one machine may share
-  it (their pids are checked), several machines must not (use an RDB; ecosystem.md 1.7/1.8);
+  it (their pids are checked), several machines must not (use an RDB; ecosystem.md 1.7/1.8).
+  A worker starting next to a running one may so fail a trial the other has just asked and
+  not yet tagged; that worker drops the trial and asks again (optuna_search._loop);
 - RDB storages: trials of other hosts are left to Optuna's heartbeat; a RUNNING trial without
   an owner tag (its worker died between ``ask`` and the tag) is failed once it is older than
   the grace period;
