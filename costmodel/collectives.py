@@ -153,7 +153,6 @@ MAX_CHANNELS = 64  # MAXCHANNELS since 2.25; rings search up to MAX_CHANNELS / 2
 # Buffer bytes of one connection, all three protocols (nccl.md §2): Simple NCCL_BUFFSIZE
 # 4 MiB, LL128 120 x 640 x 8 x 8 B, LL 8 x 512 x 8 x 16 B
 CONNECTION_BUFFER_BYTES = 4 * 2**20 + 120 * 640 * 8 * 8 + 8 * 512 * 8 * 16
-CONNECTIONS_PER_CHANNEL = 1  # receive side of the ring (the predecessor)
 MAX_NVLS_ARITY = 32
 COLLNET_MAX_LOCAL_RANKS = 8
 
@@ -420,8 +419,7 @@ class NcclSystem:
         """
         if ppn * n_nodes <= 1:
             return 0.0
-        return float(self.coll_channels(ppn, n_nodes) * CONNECTIONS_PER_CHANNEL
-                     * CONNECTION_BUFFER_BYTES)
+        return float(self.coll_channels(ppn, n_nodes) * CONNECTION_BUFFER_BYTES)
 
 
 def nccl_system(cluster: ClusterSpec, *, cpu_vendor: str = "intel", collnet_enabled: bool = False,
