@@ -5,5 +5,8 @@ Kept light at import time: submodules are imported where they are used.
 
 # Recorded in every result document and study, so a stored front says which model made it.
 # Bumped when predictions change: 0.2.0 (2026-11-30) counts DeepSpeed's own optimizer states,
-# NCCL buffers per communicator, allocator fragmentation on step-time memory and fp8 casts.
-COST_MODEL_VERSION = "0.2.0"
+# NCCL buffers per communicator, allocator fragmentation on step-time memory and fp8 casts;
+# 0.3.0 (2026-11-30) the loss buffers per framework and per micro-batch in flight, the
+# interleaved schedule's per-stage memory, fp16 main gradients, selective recompute of fused
+# attention, the 16-bit output layer in fp8, BF16_Optimizer's all-reduce, FSDP SHARD_GRAD_OP.
+COST_MODEL_VERSION = "0.3.0"

@@ -202,10 +202,27 @@ class FrameworkCosts:
     # re-gathers the full tensor for the backward (one more all-gather per micro-batch on
     # every stage but the last; runtime/pipe/engine.py _exec_backward_pass)
     pipe_regather_output: bool = False
+    # Bytes per logit (per TP rank) the loss keeps from a micro-batch's forward to its backward,
+    # and what it allocates on top while it runs. Megatron's vocabulary-parallel cross entropy
+    # casts the 16-bit logits to fp32 and turns that copy in place into the softmax it saves
+    # (4, Korthikanti 4.3's fp32 logits); the caller holds the 16-bit logits during the
+    # forward, the backward adds their 16-bit gradient (2). DeepSpeed's PipelineEngine also
+    # keeps the 16-bit logits as the last stage's output buffer (pipe_buffers["outputs"]):
+    # 2 + 4 saved. llm-foundry's MPT uses flash-attn's fused cross entropy
+    # (loss_fn: fused_crossentropy, its default): the 16-bit logits are saved, no fp32 copy.
+    logits_saved_bytes: float = 4.0
+    logits_transient_bytes: float = 2.0
+    # fp16 training keeps fp16 main gradients and its optimizer step copies them (or the
+    # distributed optimizer's shard) to fp32: Megatron-LM (cost-model.md 4.2: 20 and
+    # 4 + 16/d bytes); DeepSpeed's ZeRO optimizer does the same through ``zero_grad16``
+    fp16_grad_copy: bool = False
+    # ZeRO-2 re-gathers the parameters for every micro-batch's forward: PyTorch FSDP
+    # SHARD_GRAD_OP reshards after each backward; DeepSpeed stage 2 keeps full parameters
+    zero2_regather: bool = False
 
 
 FRAMEWORKS: dict[str, FrameworkCosts] = {
-    "megatron": FrameworkCosts(layer_pass_s=0.0, async_tp_grad=True),
+    "megatron": FrameworkCosts(layer_pass_s=0.0, async_tp_grad=True, fp16_grad_copy=True),
     # layer_pass_s + collective_host_s: vTrain's small layers take ~3.4 ms per layer and
     # micro-batch at tp > 1 (4 passes x 0.7825 ms + 6 collectives x 45 us) and ~3.0-3.2 ms at
     # tp = 1 (per-layout fits over the 12-24-layer variants: tp=1 2.95-3.2, tp=2 3.32-3.42 ms,
@@ -216,6 +233,8 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
                                 engine_buffer_bytes=2 * 5e8 * 2, bf16_fp32_grads=True,
                                 zero_grad16=True, autograd_grads=True,
                                 loss_bytes_per_logit=58.0, grad_accum_bytes=6.0,
-                                grad_comm_bytes=2.0, serial_p2p=True),
-    "fsdp": FrameworkCosts(layer_pass_s=0.0, elementwise_traffic=2.0),
+                                grad_comm_bytes=2.0, serial_p2p=True,
+                                logits_saved_bytes=6.0),
+    "fsdp": FrameworkCosts(layer_pass_s=0.0, elementwise_traffic=2.0, logits_saved_bytes=2.0,
+                           zero2_regather=True),
 }

@@ -7,8 +7,9 @@ Sources:
   gradients, 2 + 4 + 12 = 18 bytes (README "Distributed Optimizer"; cost-model.md 4.2).
 - Activations per layer: Korthikanti et al. 2022 (arXiv:2205.05198) eq. 1 and Table 2,
   extended to GQA, gated MLPs, fused attention and no dropout (cost-model.md 3.2).
-- Micro-batches in flight: GPipe m; 1F1B min(p - i, m) on stage i; interleaved x
-  (1 + (p - 1)/(p v)) (Korthikanti et al. 4.2.3).
+- Micro-batches in flight: GPipe m; 1F1B min(p - i, m) on stage i; interleaved: Megatron's
+  warm-up count, (2(p - i - 1) + (v - 1)p + 1) model chunks on stage i, which is
+  p(1 + (p - 1)/(p v)) stages' worth on the first (Korthikanti et al. 4.2.3).
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import numpy as np
 from costmodel.specs import ModelSpec
 
 # Bytes per parameter (param, grad, optimizer) by precision code (PRECISIONS order).
-# Mixed precision: 16-bit params, fp32 main grads (Megatron), fp32 master + Adam m, v.
-# fp32/tf32: fp32 params and grads, Adam m and v (no master copy).
+# Mixed precision: 16-bit params, main grads in fp32 for bf16 (and fp8, whose weights are
+# bf16) and in fp16 for fp16 (Megatron-LM forces --accumulate-allreduce-grads-in-fp32 only for
+# bf16; cost-model.md 4.2 table), fp32 master + Adam m, v. fp32/tf32: fp32 params and grads,
+# Adam m and v (no master copy).
 PARAM_BYTES = np.array([4.0, 4.0, 2.0, 2.0, 2.0])
-GRAD_BYTES = np.array([4.0, 4.0, 4.0, 4.0, 4.0])
+GRAD_BYTES = np.array([4.0, 4.0, 2.0, 4.0, 4.0])
 OPTIMIZER_BYTES = np.array([8.0, 8.0, 12.0, 12.0, 12.0])
 
 
@@ -79,14 +82,22 @@ def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, s
 
 
 def microbatches_in_flight(schedule, pp, m, virtual_stages, stage_index=0) -> np.ndarray:
-    """How many micro-batches' activations stage ``stage_index`` keeps at its peak.
+    """How many micro-batches' activations stage ``stage_index`` keeps at its peak, in units
+    of the stage's full set of layers.
 
-    GPipe: m. 1F1B: min(p - i, m). Interleaved with v chunks: min(p - i, m) x (1 + (p-1)/(p v)).
+    GPipe: m. 1F1B: min(p - i, m). Interleaved with v model chunks per stage: Megatron's
+    schedule runs 2(p - i - 1) + (v - 1)p warm-up chunk forwards on stage i before its first
+    backward and keeps one more in the steady state, each chunk 1/v of the stage, capped at
+    the m v chunks of a step (megatron/core/pipeline_parallel/schedules.py,
+    forward_backward_pipelining_with_interleaving). On the first stage that is
+    p (1 + (p - 1)/(p v)) (Korthikanti et al. 4.2.3); the last keeps ((v - 1)p + 1)/v, not 1.
     """
     sched = np.asarray(schedule)
     p = np.asarray(pp, dtype=float)
     m = np.asarray(m, dtype=float)
     v = np.asarray(virtual_stages, dtype=float)
-    one_f = np.minimum(p - stage_index, m)
-    inter = one_f * (1.0 + (p - 1.0) / (p * v))
+    i = np.asarray(stage_index, dtype=float)
+    one_f = np.minimum(p - i, m)
+    chunks = 2.0 * (p - i - 1.0) + (v - 1.0) * p + 1.0
+    inter = np.minimum(chunks, m * v) / v
     return np.where(sched == 0, m, np.where(sched == 2, inter, one_f))

@@ -41,7 +41,7 @@ from costmodel.memory import (
     microbatches_in_flight,
     model_state_bytes,
 )
-from costmodel.schedule import INTERLEAVED, pipeline_span_s, stage_layers
+from costmodel.schedule import GPIPE, INTERLEAVED, pipeline_span_s, stage_layers
 from costmodel.specs import PRECISIONS, ClusterSpec, ModelSpec, TrainingSpec
 
 TIME_KEYS = ("compute", "recompute", "tp_comm", "host_overhead", "pp_comm", "pipeline_bubble",
@@ -166,7 +166,9 @@ def _gradient_bytes(fw, prec, pb, gb, z, d):
     ``model_state_bytes`` shards from ZeRO-2 on, the bytes already divided by d where ZeRO-1
     shards them). The optimizer states stay ``OPTIMIZER_BYTES``.
 
-    Megatron-LM: fp32 main gradients (``GRAD_BYTES``). DeepSpeed: bf16 weights (bf16, and fp8,
+    Megatron-LM: main gradients of ``GRAD_BYTES`` (fp32, fp16 for fp16 training, whose step
+    copies the local gradients, or the distributed optimizer's shard, to fp32: 4 / d more;
+    the 20 and 4 + 16/d of cost-model.md 4.2). DeepSpeed: bf16 weights (bf16, and fp8,
     whose DeepSpeed config is the bf16 one) with ZeRO 0/1 run BF16_Optimizer, bf16 gradients
     beside an unsharded fp32 accumulation buffer (2 + 4; deepspeed/runtime/bf16_optimizer.py
     fp32_groups_gradients_flat); other 16-bit training runs the ZeRO optimizer (or
@@ -177,12 +179,20 @@ def _gradient_bytes(fw, prec, pb, gb, z, d):
     + 4 grads32 + 4 params32 + 8 Adam).
     """
     sixteen = pb < 4.0
-    bf16_weights = (prec == PRECISIONS.index("bf16")) | (prec == PRECISIONS.index("fp8"))
-    bf16_opt = fw.bf16_fp32_grads & bf16_weights & (z <= 1)
+    bf16_opt = _bf16_optimizer(fw, prec, z)
     zero16 = fw.zero_grad16 & sixteen & ~bf16_opt
     gm = np.where(bf16_opt, 6.0, np.where(zero16, 2.0, gb))
-    g_part = np.where(zero16, 4.0, 0.0) / np.where(z >= 1, d, 1.0)
+    copy32 = zero16 | (fw.fp16_grad_copy & (prec == PRECISIONS.index("fp16")))
+    g_part = np.where(copy32, 4.0, 0.0) / np.where(z >= 1, d, 1.0)
     return gm, g_part
+
+
+def _bf16_optimizer(fw, prec, z):
+    """DeepSpeed's BF16_Optimizer: bf16 weights (bf16 training, and fp8, whose DeepSpeed config
+    is the bf16 one) with ZeRO 0/1. It all-reduces the gradients (pipe engine
+    _bf16_reduce_grads -> buffered_allreduce_fallback) and then gathers its updated partition."""
+    bf16_weights = (prec == PRECISIONS.index("bf16")) | (prec == PRECISIONS.index("fp8"))
+    return fw.bf16_fp32_grads & bf16_weights & (z <= 1)
 
 
 class _Collectives:
@@ -275,8 +285,8 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     ea = ACT_BYTES[prec]
 
     tensor_cores = prec != PRECISIONS.index("fp32")
-    # the attention core's batched GEMMs stay in 16-bit when the linears run in fp8
-    # (Transformer Engine keeps dot-product attention in bf16)
+    # the attention core's batched GEMMs (and the output layer, below) stay in 16-bit when
+    # the linears run in fp8 (Transformer Engine keeps dot-product attention in bf16)
     attn_peak = peaks[np.where(fp8, PRECISIONS.index("bf16"), prec)]
 
     def gemm(mm, nn, kk, peak_=gemm_peak, bytes_=eg):
@@ -307,7 +317,10 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
         t_attn_f = (square * pad * lf.attention_flops / (eff.attention * attn_peak)
                     + eff.kernel_overhead_s)
         t_attn_b = 2.5 * (t_attn_f - eff.kernel_overhead_s) + eff.kernel_overhead_s
-        t_attn_recompute = np.zeros_like(t_attn_f)
+        # selective recompute checkpoints the core attention even when it is fused
+        # (Megatron-Core recompute_modules=["core_attn"]: Attention._checkpointed_attention_
+        # forward), so its backward runs the fused forward kernel once more
+        t_attn_recompute = t_attn_f
     else:
         heads_local = b * a / t
         # batched QK^T and probabilities x V, each approximated as one GEMM, in 16-bit
@@ -404,7 +417,10 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     # ---- embedding (first stage) and LM head + loss (last stage) ---------------------------
     emb_f = memop(2.0 * tokens * h * ea, 1.0) + np.where(batch.tp > 1, np.where(sp, rs, ar), 0)
     emb_b = memop(3.0 * tokens * h * ea, 1.0) + np.where(sp, ag, 0.0)
-    head_gemm = gemm(tokens, V / t, h)
+    # the output layer is a plain 16-bit linear even in fp8 training (Megatron-Core's
+    # output_layer is a ColumnParallelLinear, not a Transformer Engine module; MPT's tied head
+    # is F.linear): 16-bit peak and operands
+    head_gemm = gemm(tokens, V / t, h, attn_peak, ea)
     loss = memop(fw.loss_bytes_per_logit * tokens * V / t, 4.0)  # softmax fwd/bwd passes
     head_f = head_gemm + loss + np.where(sp, ag, 0.0)
     # the output layer's input is copied into the TP region: its backward all-reduces the
@@ -576,11 +592,15 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     t_rs = comm.time_s("reducescatter", grad_bytes, dp_n, dp_nodes)
     t_ag = comm.time_s("allgather", psi_max * pb, dp_n, dp_nodes)
     bucket = np.minimum(grad_bytes, np.maximum(DDP_BUCKET_ELEMENTS, 1e6 * d) * gcomm)
-    t_bucket = np.where(z == 0, comm.time_s("allreduce", bucket, dp_n, dp_nodes),
+    # gradients all-reduced: plain DP, and DeepSpeed's BF16_Optimizer at ZeRO-1
+    all_reduce = (z == 0) | _bf16_optimizer(fw, prec, z)
+    t_bucket = np.where(all_reduce, comm.time_s("allreduce", bucket, dp_n, dp_nodes),
                         comm.time_s("reducescatter", bucket, dp_n, dp_nodes))
-    window_b = n_first * layer_b  # backward of the last micro-batch on the first stage
+    # backward of the last micro-batch on the first stage, with its recomputed forwards (the
+    # gradient buckets fill over both)
+    window_b = n_first * (layer_b + layer_rc)
     window_f = n_first * layer_f
-    reduce_t = np.where(z == 0, t_ar, t_rs)
+    reduce_t = np.where(all_reduce, t_ar, t_rs)
     if training.overlap_grad_reduce:
         hidden = 1.0 - eff.overlap_hidden  # share of overlapped communication still paid
         exposed_reduce = (np.maximum(0.0, reduce_t - window_b) + np.minimum(t_bucket, reduce_t)
@@ -597,11 +617,14 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
                        + (1.0 - eff.overlap_hidden) * np.minimum(z3_mb, z3_window))
                   + t_ag / np.maximum(n_first, 1))
     # ZeRO-2: gradients are sharded, so they are reduce-scattered every micro-batch (DeepSpeed
-    # stage 2, Megatron-FSDP optim_grads), overlapped with that micro-batch's backward
-    z2_window = n_first * layer_b
+    # stage 2, Megatron-FSDP optim_grads), overlapped with that micro-batch's backward;
+    # PyTorch FSDP's SHARD_GRAD_OP also reshards the parameters after each backward and
+    # gathers them again for the next micro-batch's forward (FrameworkCosts.zero2_regather)
+    z2_window = n_first * (layer_b + layer_rc)
+    z2_gathers = np.where(fw.zero2_regather, m, 1.0)
     z2_exposed = (m * (np.maximum(0.0, t_rs - z2_window)
                        + (1.0 - eff.overlap_hidden) * np.minimum(t_rs, z2_window))
-                  + exposed_gather)
+                  + z2_gathers * exposed_gather)
     dp_exposed = np.where(z >= 3, z3_exposed,
                           np.where(z == 2, z2_exposed,
                                    np.where(z == 1, exposed_reduce + exposed_gather,
@@ -609,8 +632,8 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     dp_exposed = np.where(batch.dp > 1, dp_exposed, 0.0)
     dp_total = np.where(batch.dp > 1,
                         np.where(z >= 3, m * z3_mb,
-                                 np.where(z == 2, m * t_rs + t_ag,
-                                          np.where(z == 1, t_rs + t_ag, t_ar))), 0.0)
+                                 np.where(z == 2, m * t_rs + z2_gathers * t_ag,
+                                          np.where(z == 1, reduce_t + t_ag, t_ar))), 0.0)
 
     # tied embeddings: the word-embedding gradient is all-reduced between first and last stage
     tied_sync = np.zeros_like(t)
@@ -635,9 +658,12 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     # first; it holds the most when the first stage has fewer layers (uneven split)
     infl_mid = microbatches_in_flight(sched, batch.pp, m, v, np.minimum(1, batch.pp - 1))
     act_mid = n_mid * per_layer_act * infl_mid + transient
-    # vocabulary-parallel cross entropy: 16-bit logits, their fp32 copy (Korthikanti 4.3) and
-    # the fp32 softmax kept for the backward: 2 + 4 + 4 bytes per logit
-    logits = 10.0 * tokens * V / t
+    # the loss's buffers on the last stage (FrameworkCosts.logits_saved_bytes: what a
+    # micro-batch keeps from its forward to its backward, Korthikanti 4.3's fp32 logits in
+    # Megatron; plus what the running loss allocates on top), kept for every micro-batch in
+    # flight on the last stage: one in 1F1B, m in GPipe (all forwards before any backward)
+    infl_loss = np.where(sched == GPIPE, m, 1.0)
+    logits = (fw.logits_saved_bytes * infl_loss + fw.logits_transient_bytes) * tokens * V / t
     if fw.pipe_buffers:  # input + output activation per in-flight micro-batch, TP-replicated
         act_first = act_first + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_first)
         act_last = act_last + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_last)

@@ -93,7 +93,9 @@ Metrics
   reports MiB; /1024 gives the "GB" the chronicles print) and compared with the model's peak
   memory (the largest stage; the first/last stages hold the embeddings, as measured).
 - OOM: entries with ``measured.oom: true`` whose predicted peak fits in the GPU's memory
-  (catalog ``memory_bytes``) are counted; the target is 0.
+  (catalog ``memory_bytes``) are counted; the target is 0. The converse is reported, not
+  checked: runs with a measured step time (they ran, so they fitted) whose predicted peak
+  exceeds the GPU's memory, the model's pessimism that would hide a working layout.
 - Korthikanti Table 5: the end-to-end iteration times (``source.location`` names Table 5),
   each within 5 %.
 - Korthikanti Table 4: one transformer layer's forward + backward (+ recompute) time for one
@@ -1044,7 +1046,7 @@ def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool
     }
 
     # ---- memory and OOM --------------------------------------------------------------------
-    mem_rows, oom_rows = [], []
+    mem_rows, oom_rows, over_rows = [], [], []
     for r in col.runs:
         if r.id not in pred:
             continue
@@ -1062,6 +1064,12 @@ def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool
                              "predicted_GiB": p.peak_memory_bytes / 2**30,
                              "capacity_GiB": cap / 2**30,
                              "predicted_to_fit": bool(p.peak_memory_bytes <= cap)})
+        if r.step_time_s is not None and p.peak_memory_bytes > cap:
+            # it ran (a step time was measured), so it fitted: the model is too pessimistic
+            over_rows.append({"id": r.id, "group": r.group,
+                              "predicted_GiB": p.peak_memory_bytes / 2**30,
+                              "capacity_GiB": cap / 2**30,
+                              "ratio": p.peak_memory_bytes / cap})
     memory = _summary([x["ape"] for x in mem_rows])
     memory.update({"unit": "GiB (measured 'GB' read as 2**30 bytes)", "runs": mem_rows})
     signed = [x["signed_error"] for x in mem_rows if math.isfinite(x["signed_error"])]
@@ -1069,6 +1077,9 @@ def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool
     oom = {"count": len(oom_rows),
            "predicted_to_fit": sum(1 for x in oom_rows if x["predicted_to_fit"]),
            "runs": oom_rows}
+    over_rows.sort(key=lambda x: -x["ratio"])
+    ran = sum(1 for r in col.runs if r.id in pred and r.step_time_s is not None)
+    ran_over = {"count": ran, "predicted_over": len(over_rows), "runs": over_rows}
 
     # ---- Korthikanti Table 5 and Table 4 ---------------------------------------------------
     t5 = [x for x in run_rows if any(r.id == x["id"] and r.table == "table5" for r in step_runs)]
@@ -1121,6 +1132,7 @@ def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool
         "sweeps": sweep_rows,
         "memory": memory,
         "oom": oom,
+        "ran_predicted_over_memory": ran_over,
         "korthikanti_table5": table5,
         "korthikanti_table4": table4,
         "nccl": nccl,
@@ -1192,6 +1204,12 @@ def format_report(res: Mapping[str, Any], *, verbose: bool = False, worst: int =
                          f"{x['capacity_GiB']:.1f} GiB -> "
                          f"{'FITS (wrong)' if x['predicted_to_fit'] else 'OOM (right)'}"
                          for x in o["runs"]))
+    ro = res["ran_predicted_over_memory"]
+    top = ro["runs"][:5]
+    out.append(f"Runs that ran (step time measured) but are predicted over the GPU's memory: "
+               f"{ro['predicted_over']} of {ro['count']}"
+               + ("; worst: " + ", ".join(f"{x['id']} {x['ratio']:.2f}x" for x in top)
+                  if top else ""))
     t5 = res["korthikanti_table5"]
     out.append("")
     out.append(f"Korthikanti Table 5 (end-to-end iteration time): {t5['within_5pct']} of "
