@@ -235,6 +235,9 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
                                 loss_bytes_per_logit=58.0, grad_accum_bytes=6.0,
                                 grad_comm_bytes=2.0, serial_p2p=True,
                                 logits_saved_bytes=6.0),
+    # PyTorch FSDP as llm-foundry runs it (the data it is fitted on): unfused element-wise ops,
+    # flash-attn's fused cross entropy (a plain torch cross entropy on fp32 logits, as in
+    # torchtitan, holds 2 + 4 + 4 bytes per logit instead)
     "fsdp": FrameworkCosts(layer_pass_s=0.0, elementwise_traffic=2.0, logits_saved_bytes=2.0,
                            zero2_regather=True),
 }

@@ -4,7 +4,8 @@ Sources:
 - Model states: Rajbhandari et al. 2020 (ZeRO, arXiv:1910.02054) section 3.1/5: mixed-precision
   Adam holds 2 + 2 + K bytes per parameter (K = 12), and stages 1/2/3 shard optimizer
   states / gradients / parameters over the d data-parallel ranks. Megatron-LM keeps fp32 main
-  gradients, 2 + 4 + 12 = 18 bytes (README "Distributed Optimizer"; cost-model.md 4.2).
+  gradients for bf16, 2 + 4 + 12 = 18 bytes; fp16 keeps fp16 main gradients and the step
+  copies them to fp32, 2 + 2 + 4 + 12 = 20 (README "Distributed Optimizer"; cost-model.md 4.2).
 - Activations per layer: Korthikanti et al. 2022 (arXiv:2205.05198) eq. 1 and Table 2,
   extended to GQA, gated MLPs, fused attention and no dropout (cost-model.md 3.2).
 - Micro-batches in flight: GPipe m; 1F1B min(p - i, m) on stage i; interleaved: Megatron's
