@@ -528,11 +528,13 @@ def test_layouts_of_1024_gpus_are_fast_and_cached():
                for pp in (1, 2, 4, 8, 16, 32, 64) if 1024 % (tp * pp) == 0]
     for use_graph in (False, True):
         T.layout_topology.__wrapped__(c, 1, 1, 1, use_graph=use_graph)  # build the engine
-        t0 = time.perf_counter()
-        for tp, pp, dp in triples:
-            T.layout_topology.__wrapped__(c, tp, pp, dp, use_graph=use_graph)
-        per_call = (time.perf_counter() - t0) / len(triples)
-        assert per_call < 5e-3, (use_graph, per_call)  # measured ~0.3-0.5 ms
+        rounds = []
+        for _ in range(3):  # best of 3: a scheduler hiccup on a shared CI core is not a regression
+            t0 = time.perf_counter()
+            for tp, pp, dp in triples:
+                T.layout_topology.__wrapped__(c, tp, pp, dp, use_graph=use_graph)
+            rounds.append((time.perf_counter() - t0) / len(triples))
+        assert min(rounds) < 5e-3, (use_graph, rounds)  # measured ~0.3-0.5 ms
     first = T.layout_topology(c, 8, 4, 32)
     assert T.layout_topology(c, 8, 4, 32) is first
     # An equal but distinct cluster object hits the same cache entry.
