@@ -101,13 +101,15 @@ def test_parameter_counts():
 
 
 # ---- GEMM alignment and uneven pipeline partitions ----------------------------------------
-def _score_one(model: ModelSpec, par, gpus: int, seq: int = 2048, gbs: int = 256):
+def _score_one(model: ModelSpec, par, gpus: int, seq: int = 2048, gbs: int = 256, *,
+               framework: str = "megatron", flash: bool = False):
     from costmodel.batch import ConfigBatch
     from costmodel.hardware import default_cluster
     from costmodel.model import score
     from costmodel.specs import TrainingSpec
 
-    training = TrainingSpec(seq_length=seq, global_batch_size=gbs, flash_attention=False)
+    training = TrainingSpec(seq_length=seq, global_batch_size=gbs, flash_attention=flash,
+                            framework=framework)
     return score(model, default_cluster(gpus), training, ConfigBatch.from_configs([par]))
 
 
@@ -713,19 +715,11 @@ def test_fp8_linears_pay_the_cast_transpose_traffic(monkeypatch):
 
 
 # ---- loss buffers, gradient dtypes on the wire, optimizer-specific reductions ---------------
-def _fw_score(framework: str, par, *, flash: bool = True, gpu: str = "a100-sxm-80gb",
-              gbs: int = 32, vocab: int = 128000):
-    from costmodel.batch import ConfigBatch
-    from costmodel.hardware import default_cluster
-    from costmodel.model import score
-    from costmodel.specs import TrainingSpec
-
+def _fw_score(framework: str, par, *, flash: bool = True, gbs: int = 32):
     model = ModelSpec(name="m", num_layers=8, hidden_size=4096, num_attention_heads=32,
-                      ffn_hidden_size=16384, vocab_size=vocab)
-    training = TrainingSpec(seq_length=4096, global_batch_size=gbs, framework=framework,
-                            flash_attention=flash)
-    return score(model, default_cluster(par.world_size, gpu=gpu), training,
-                 ConfigBatch.from_configs([par]))
+                      ffn_hidden_size=16384, vocab_size=128000)
+    return _score_one(model, par, par.world_size, seq=4096, gbs=gbs, framework=framework,
+                      flash=flash)
 
 
 @pytest.mark.parametrize(("framework", "per_logit"), [
