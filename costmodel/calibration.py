@@ -207,22 +207,27 @@ class FrameworkCosts:
     # casts the 16-bit logits to fp32 and turns that copy in place into the softmax it saves
     # (4, Korthikanti 4.3's fp32 logits); the caller holds the 16-bit logits during the
     # forward, the backward adds their 16-bit gradient (2). DeepSpeed's PipelineEngine also
-    # keeps the 16-bit logits as the last stage's output buffer (pipe_buffers["outputs"]):
-    # 2 + 4 saved. llm-foundry's MPT uses flash-attn's fused cross entropy
+    # keeps the 16-bit logits as the last stage's output buffer (``pipe_buffers``: 2 more,
+    # added in model.score). llm-foundry's MPT uses flash-attn's fused cross entropy
     # (loss_fn: fused_crossentropy, its default): the 16-bit logits are saved, no fp32 copy.
     logits_saved_bytes: float = 4.0
     logits_transient_bytes: float = 2.0
-    # fp16 training keeps fp16 main gradients and its optimizer step copies them (or the
-    # distributed optimizer's shard) to fp32: Megatron-LM (cost-model.md 4.2: 20 and
-    # 4 + 16/d bytes); DeepSpeed's ZeRO optimizer does the same through ``zero_grad16``
+    # fp16 training keeps fp16 main gradients (reduced in fp16) and its optimizer step copies
+    # them (or the distributed optimizer's shard) to fp32: Megatron-LM (cost-model.md 4.2: 20
+    # and 4 + 16/d bytes); DeepSpeed's ZeRO optimizer does the same through ``zero_grad16``
     fp16_grad_copy: bool = False
+    # selective recompute re-runs a fused (flash) attention core too: Megatron-Core
+    # checkpoints core_attn whatever its kernel; legacy Megatron (Megatron-DeepSpeed) only
+    # checkpoints the unfused one
+    recompute_fused_attention: bool = False
     # ZeRO-2 re-gathers the parameters for every micro-batch's forward: PyTorch FSDP
     # SHARD_GRAD_OP reshards after each backward; DeepSpeed stage 2 keeps full parameters
     zero2_regather: bool = False
 
 
 FRAMEWORKS: dict[str, FrameworkCosts] = {
-    "megatron": FrameworkCosts(layer_pass_s=0.0, async_tp_grad=True, fp16_grad_copy=True),
+    "megatron": FrameworkCosts(layer_pass_s=0.0, async_tp_grad=True, fp16_grad_copy=True,
+                               recompute_fused_attention=True),
     # layer_pass_s + collective_host_s: vTrain's small layers take ~3.4 ms per layer and
     # micro-batch at tp > 1 (4 passes x 0.7825 ms + 6 collectives x 45 us) and ~3.0-3.2 ms at
     # tp = 1 (per-layout fits over the 12-24-layer variants: tp=1 2.95-3.2, tp=2 3.32-3.42 ms,
@@ -233,8 +238,7 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
                                 engine_buffer_bytes=2 * 5e8 * 2, bf16_fp32_grads=True,
                                 zero_grad16=True, autograd_grads=True,
                                 loss_bytes_per_logit=58.0, grad_accum_bytes=6.0,
-                                grad_comm_bytes=2.0, serial_p2p=True,
-                                logits_saved_bytes=6.0),
+                                grad_comm_bytes=2.0, serial_p2p=True),
     # PyTorch FSDP as llm-foundry runs it (the data it is fitted on): unfused element-wise ops,
     # flash-attn's fused cross entropy (a plain torch cross entropy on fp32 logits, as in
     # torchtitan, holds 2 + 4 + 4 bytes per logit instead)

@@ -20,12 +20,11 @@ import numpy as np
 from costmodel.specs import ModelSpec
 
 # Bytes per parameter (param, grad, optimizer) by precision code (PRECISIONS order).
-# Mixed precision: 16-bit params, main grads in fp32 for bf16 (and fp8, whose weights are
-# bf16) and in fp16 for fp16 (Megatron-LM forces --accumulate-allreduce-grads-in-fp32 only for
-# bf16; cost-model.md 4.2 table), fp32 master + Adam m, v. fp32/tf32: fp32 params and grads,
-# Adam m and v (no master copy).
+# Mixed precision: 16-bit params, fp32 main grads, fp32 master + Adam m, v (frameworks that
+# keep 16-bit gradients say so in FrameworkCosts: model._gradient_bytes). fp32/tf32: fp32
+# params and grads, Adam m and v (no master copy).
 PARAM_BYTES = np.array([4.0, 4.0, 2.0, 2.0, 2.0])
-GRAD_BYTES = np.array([4.0, 4.0, 2.0, 4.0, 4.0])
+GRAD_BYTES = np.array([4.0, 4.0, 4.0, 4.0, 4.0])
 OPTIMIZER_BYTES = np.array([8.0, 8.0, 12.0, 12.0, 12.0])
 
 
@@ -86,7 +85,7 @@ def microbatches_in_flight(schedule, pp, m, virtual_stages, stage_index=0) -> np
     """How many micro-batches' activations stage ``stage_index`` keeps at its peak, in units
     of the stage's full set of layers.
 
-    GPipe: m. 1F1B: min(p - i, m). Interleaved with v model chunks per stage: Megatron's
+    GPipe: m (1 when p = 1). 1F1B: min(p - i, m). Interleaved with v model chunks per stage: Megatron's
     schedule runs 2(p - i - 1) + (v - 1)p warm-up chunk forwards on stage i before its first
     backward and keeps one more in the steady state, each chunk 1/v of the stage, capped at
     the m v chunks of a step (megatron/core/pipeline_parallel/schedules.py,
@@ -101,4 +100,5 @@ def microbatches_in_flight(schedule, pp, m, virtual_stages, stage_index=0) -> np
     one_f = np.minimum(p - i, m)
     chunks = 2.0 * (p - i - 1.0) + (v - 1.0) * p + 1.0
     inter = np.minimum(chunks, m * v) / v
-    return np.where(sched == 0, m, np.where(sched == 2, inter, one_f))
+    # without a pipeline (p = 1) every schedule is plain gradient accumulation: one at a time
+    return np.where((sched == 0) & (p > 1), m, np.where(sched == 2, inter, one_f))

@@ -166,9 +166,10 @@ def _gradient_bytes(fw, prec, pb, gb, z, d):
     ``model_state_bytes`` shards from ZeRO-2 on, the bytes already divided by d where ZeRO-1
     shards them). The optimizer states stay ``OPTIMIZER_BYTES``.
 
-    Megatron-LM: main gradients of ``GRAD_BYTES`` (fp32, fp16 for fp16 training, whose step
-    copies the local gradients, or the distributed optimizer's shard, to fp32: 4 / d more;
-    the 20 and 4 + 16/d of cost-model.md 4.2). DeepSpeed: bf16 weights (bf16, and fp8,
+    Megatron-LM: fp32 main gradients (``GRAD_BYTES``), except fp16 training, which keeps fp16
+    main gradients and copies the local gradients (or the distributed optimizer's shard) to
+    fp32 for the step: 2 + 4 / d (``FrameworkCosts.fp16_grad_copy``; the 20 and 4 + 16/d of
+    cost-model.md 4.2). DeepSpeed: bf16 weights (bf16, and fp8,
     whose DeepSpeed config is the bf16 one) with ZeRO 0/1 run BF16_Optimizer, bf16 gradients
     beside an unsharded fp32 accumulation buffer (2 + 4; deepspeed/runtime/bf16_optimizer.py
     fp32_groups_gradients_flat); other 16-bit training runs the ZeRO optimizer (or
@@ -180,11 +181,25 @@ def _gradient_bytes(fw, prec, pb, gb, z, d):
     """
     sixteen = pb < 4.0
     bf16_opt = _bf16_optimizer(fw, prec, z)
-    zero16 = fw.zero_grad16 & sixteen & ~bf16_opt
+    zero16 = (fw.zero_grad16 & sixteen & ~bf16_opt) | _fp16_main_grads(fw, prec)
     gm = np.where(bf16_opt, 6.0, np.where(zero16, 2.0, gb))
-    copy32 = zero16 | (fw.fp16_grad_copy & (prec == PRECISIONS.index("fp16")))
-    g_part = np.where(copy32, 4.0, 0.0) / np.where(z >= 1, d, 1.0)
+    g_part = np.where(zero16, 4.0, 0.0) / np.where(z >= 1, d, 1.0)
     return gm, g_part
+
+
+def _fp16_main_grads(fw, prec):
+    """Megatron-LM's fp16 training keeps (and all-reduces) fp16 main gradients: only bf16
+    forces --accumulate-allreduce-grads-in-fp32 (megatron/training/arguments.py)."""
+    return fw.fp16_grad_copy & (prec == PRECISIONS.index("fp16"))
+
+
+def grad_wire_bytes(fw, prec):
+    """Bytes per gradient element of the data-parallel reduction: the gradient buffer's own
+    width (``GRAD_BYTES``), 16 bits for Megatron's fp16 main gradients, and DeepSpeed's
+    ``communication_data_type`` (``FrameworkCosts.grad_comm_bytes``) for 16-bit training."""
+    pb, gb = PARAM_BYTES[prec], GRAD_BYTES[prec]
+    wire = np.where((fw.grad_comm_bytes > 0) & (pb < 4.0), fw.grad_comm_bytes, gb)
+    return np.where(_fp16_main_grads(fw, prec), 2.0, wire)
 
 
 def _bf16_optimizer(fw, prec, z):
@@ -317,10 +332,11 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
         t_attn_f = (square * pad * lf.attention_flops / (eff.attention * attn_peak)
                     + eff.kernel_overhead_s)
         t_attn_b = 2.5 * (t_attn_f - eff.kernel_overhead_s) + eff.kernel_overhead_s
-        # selective recompute checkpoints the core attention even when it is fused
-        # (Megatron-Core recompute_modules=["core_attn"]: Attention._checkpointed_attention_
-        # forward), so its backward runs the fused forward kernel once more
-        t_attn_recompute = t_attn_f
+        # selective recompute checkpoints the core attention even when it is fused in
+        # Megatron-Core (recompute_modules=["core_attn"]: Attention._checkpointed_attention_
+        # forward), so its backward runs the fused forward kernel once more; legacy Megatron
+        # (Megatron-DeepSpeed) checkpoints it only when it is not fused
+        t_attn_recompute = t_attn_f if fw.recompute_fused_attention else 0.0 * t_attn_f
     else:
         heads_local = b * a / t
         # batched QK^T and probabilities x V, each approximated as one GEMM, in 16-bit
@@ -358,8 +374,8 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     # gradient accumulation outside the GEMMs (AccumulateGrad adds a micro-batch's gradient
     # into param.grad; the first micro-batch of a step only hands it over, so score() charges
     # it (m - 1) / m per micro-batch); an fp32 buffer (bf16_fp32_grads) moves 4 bytes more
-    bf16 = prec == PRECISIONS.index("bf16")
-    accum_bytes = fw.grad_accum_bytes + np.where(bf16 & fw.bf16_fp32_grads, 4.0, 0.0)
+    bf16_weights = (prec == PRECISIONS.index("bf16")) | fp8  # fp8 keeps bf16 weights
+    accum_bytes = fw.grad_accum_bytes + np.where(bf16_weights & fw.bf16_fp32_grads, 4.0, 0.0)
     has_accum = fw.grad_accum_bytes > 0
     layer_accum = memop(accum_bytes * float(model.params_per_layer) / t) if has_accum else 0.0
     layer_rc = np.where(rc == 2, layer_f, np.where(rc == 1, t_attn_recompute, 0.0))
@@ -478,7 +494,11 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     b = batch.micro_batch_size.astype(float)
     prec = batch.precision
     rc = batch.recompute
-    z = batch.zero_stage
+    # DeepSpeed's BF16_Optimizer shards its fp32 master weights and Adam moments over DP and
+    # gathers the updated bf16 weights at ZeRO 0 as at 1 (it is what DeepSpeed runs for bf16
+    # without the ZeRO optimizer; bf16_optimizer.py partitions by the DP group's size): a
+    # ZeRO-1 for the model
+    z = np.where(_bf16_optimizer(fw, prec, batch.zero_stage), 1, batch.zero_stage)
     sched = batch.schedule
     v = np.where(sched == INTERLEAVED, batch.virtual_stages, 1).astype(float)
     s = float(training.seq_length)
@@ -586,7 +606,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     dp_n, dp_nodes = batch.dp, geo["dp_nodes"]
     # bytes per gradient on the wire (FrameworkCosts.grad_comm_bytes: DeepSpeed reduces 16-bit
     # gradients in the training dtype)
-    gcomm = np.where((fw.grad_comm_bytes > 0) & (pb < 4.0), fw.grad_comm_bytes, gb)
+    gcomm = grad_wire_bytes(fw, prec)
     grad_bytes = psi_max * gcomm
     t_ar = comm.time_s("allreduce", grad_bytes, dp_n, dp_nodes)
     t_rs = comm.time_s("reducescatter", grad_bytes, dp_n, dp_nodes)
@@ -662,8 +682,11 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     # micro-batch keeps from its forward to its backward, Korthikanti 4.3's fp32 logits in
     # Megatron; plus what the running loss allocates on top), kept for every micro-batch in
     # flight on the last stage: one in 1F1B, m in GPipe (all forwards before any backward)
-    infl_loss = np.where(sched == GPIPE, m, 1.0)
-    logits = (fw.logits_saved_bytes * infl_loss + fw.logits_transient_bytes) * tokens * V / t
+    infl_loss = np.where((sched == GPIPE) & ~single, m, 1.0)
+    # DeepSpeed's PipelineEngine also keeps the last stage's output, the 16-bit logits, in its
+    # output buffer until the micro-batch's backward (pipe_buffers["outputs"])
+    saved = fw.logits_saved_bytes + np.where(fw.pipe_buffers & ~single, 2.0, 0.0)
+    logits = (saved * infl_loss + fw.logits_transient_bytes) * tokens * V / t
     if fw.pipe_buffers:  # input + output activation per in-flight micro-batch, TP-replicated
         act_first = act_first + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_first)
         act_last = act_last + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_last)

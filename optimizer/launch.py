@@ -728,13 +728,16 @@ def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
 
     from costmodel import collectives as coll
     from costmodel import topology
+    from costmodel.calibration import FRAMEWORKS
     from costmodel.compute import ACT_BYTES, padded_vocab
-    from costmodel.memory import GRAD_BYTES, PARAM_BYTES
+    from costmodel.memory import PARAM_BYTES
+    from costmodel.model import grad_wire_bytes
     from costmodel.specs import PRECISIONS
 
     job_shape(cluster, config)
     prec = PRECISIONS.index(config.precision)
-    ea, gb, pb = float(ACT_BYTES[prec]), float(GRAD_BYTES[prec]), float(PARAM_BYTES[prec])
+    ea, pb = float(ACT_BYTES[prec]), float(PARAM_BYTES[prec])
+    gb = float(grad_wire_bytes(FRAMEWORKS[training.framework], prec))  # as the model scores
     t, p, d = config.tp, config.pp, config.dp
     h = float(model.hidden_size)
     lay = topology.layout_topology(cluster, t, p, d)

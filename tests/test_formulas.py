@@ -344,10 +344,13 @@ def test_deepspeed_reduces_gradients_in_the_training_dtype():
     model = ModelSpec(name="m", num_layers=8, hidden_size=4096, num_attention_heads=32,
                       ffn_hidden_size=16384, vocab_size=50000)
     cluster = default_cluster(32)
-    batch = ConfigBatch.from_configs([ParallelConfig(tp=2, dp=16, precision="bf16")])
+    # fp16 for DeepSpeed (FP16_Optimizer: one all-reduce; its bf16 optimizer also gathers),
+    # bf16 for Megatron (fp32 main_grad on the wire): the same elements, half the bytes
     total = {fw: score(model, cluster, TrainingSpec(seq_length=2048, global_batch_size=64,
-                                                    framework=fw), batch).dp_comm_total_s[0]
-             for fw in ("megatron", "deepspeed")}
+                                                    framework=fw),
+                       ConfigBatch.from_configs([ParallelConfig(tp=2, dp=16, precision=prec)])
+                       ).dp_comm_total_s[0]
+             for fw, prec in (("megatron", "bf16"), ("deepspeed", "fp16"))}
     assert total["deepspeed"] < 0.6 * total["megatron"]
 
 
@@ -722,18 +725,24 @@ def _fw_score(framework: str, par, *, flash: bool = True, gbs: int = 32):
                       flash=flash)
 
 
-@pytest.mark.parametrize(("framework", "per_logit"), [
-    ("megatron", 4.0 + 2.0),   # fp32 softmax saved + the 16-bit logits / their gradient
-    ("deepspeed", 6.0 + 2.0),  # the pipe engine also keeps the 16-bit logits (output buffer)
-    ("fsdp", 2.0 + 2.0),       # llm-foundry's fused cross entropy: no fp32 copy
+@pytest.mark.parametrize(("framework", "pp", "per_logit"), [
+    ("megatron", 1, 4.0 + 2.0),   # fp32 softmax saved + the 16-bit logits / their gradient
+    ("megatron", 2, 4.0 + 2.0),
+    ("deepspeed", 1, 4.0 + 2.0),  # no pipeline engine without a pipeline
+    ("deepspeed", 2, 6.0 + 2.0),  # the pipe engine also keeps the 16-bit logits (output buffer)
+    ("fsdp", 1, 2.0 + 2.0),       # llm-foundry's fused cross entropy: no fp32 copy
 ])
-def test_loss_buffers_follow_the_framework(framework, per_logit):
+def test_loss_buffers_follow_the_framework(framework, pp, per_logit):
     from costmodel.compute import padded_vocab
     from costmodel.specs import ParallelConfig
 
-    sc = _fw_score(framework, ParallelConfig(tp=2, pp=1, dp=4, micro_batch_size=1,
-                                             recompute="full"))
-    V = float(padded_vocab(128000, np.asarray(2)))
+    # two small layers and a large untied vocabulary: the last stage (head + loss) is the peak
+    model = ModelSpec(name="m", num_layers=2, hidden_size=2048, num_attention_heads=16,
+                      ffn_hidden_size=8192, vocab_size=256000, tied_embeddings=False)
+    par = ParallelConfig(tp=2, pp=pp, dp=2, micro_batch_size=1, recompute="full")
+    sc = _score_one(model, par, par.world_size, seq=4096, gbs=8, framework=framework,
+                    flash=True)
+    V = float(padded_vocab(256000, np.asarray(2)))
     assert sc.memory_breakdown_bytes["logits"][0] == pytest.approx(
         per_logit * 4096 * V / 2, rel=1e-9)
 
@@ -741,14 +750,55 @@ def test_loss_buffers_follow_the_framework(framework, per_logit):
 def test_gpipe_keeps_every_micro_batch_loss_buffer():
     from costmodel.specs import ParallelConfig
 
-    one = ParallelConfig(tp=1, pp=1, dp=1, micro_batch_size=1, recompute="full")
-    gpipe = ParallelConfig(tp=1, pp=1, dp=1, micro_batch_size=1, recompute="full",
-                           schedule="gpipe")
+    model = ModelSpec(name="m", num_layers=2, hidden_size=2048, num_attention_heads=16,
+                      ffn_hidden_size=8192, vocab_size=256000, tied_embeddings=False)
     m = 8
-    a = _fw_score("megatron", one, gbs=m).memory_breakdown_bytes["logits"][0]
-    b = _fw_score("megatron", gpipe, gbs=m).memory_breakdown_bytes["logits"][0]
-    # saved 4 bytes per logit per micro-batch in flight, the 2 transient ones once
-    assert b / a == pytest.approx((4.0 * m + 2.0) / 6.0)
+
+    def logits(schedule):
+        par = ParallelConfig(tp=1, pp=2, dp=1, micro_batch_size=1, recompute="full",
+                             schedule=schedule)
+        sc = _score_one(model, par, 2, seq=4096, gbs=m, flash=True)
+        return sc.memory_breakdown_bytes["logits"][0]
+
+    # saved 4 bytes per logit per micro-batch in flight on the last stage, 2 transient once
+    assert logits("gpipe") / logits("1f1b") == pytest.approx((4.0 * m + 2.0) / 6.0)
+
+
+def test_gpipe_without_a_pipeline_is_gradient_accumulation():
+    from costmodel.specs import ParallelConfig
+
+    a, b = (_fw_score("megatron", ParallelConfig(tp=1, pp=1, dp=1, micro_batch_size=1,
+                                                 recompute="full", schedule=s), gbs=8)
+            for s in ("1f1b", "gpipe"))
+    assert b.peak_memory_bytes[0] == pytest.approx(a.peak_memory_bytes[0], rel=1e-12)
+
+
+@pytest.mark.parametrize("zero", [0, 2, 3])
+def test_fp16_and_bf16_states_agree_outside_megatron(zero):
+    # only Megatron-LM keeps fp16 main gradients; FSDP's sharded gradients live in the fp32
+    # flat parameter whatever the 16-bit type, so fp16 and bf16 cost the same there
+    from costmodel.specs import ParallelConfig
+
+    def run(prec):
+        par = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=1, precision=prec,
+                             recompute="full", zero_stage=zero)
+        return _fw_score("fsdp", par, gbs=8)
+
+    a, b = run("fp16"), run("bf16")
+    assert a.memory_breakdown_bytes["gradients"][0] == pytest.approx(
+        b.memory_breakdown_bytes["gradients"][0], rel=1e-12)
+    assert a.dp_comm_total_s[0] == pytest.approx(b.dp_comm_total_s[0], rel=1e-12)
+
+
+def test_deepspeed_bf16_optimizer_shards_at_zero0_as_at_zero1():
+    # DeepSpeed runs BF16_Optimizer for bf16 at ZeRO 0 too: it partitions its fp32 states
+    from costmodel.specs import ParallelConfig
+
+    z0, z1 = (_fw_score("deepspeed", ParallelConfig(tp=1, pp=2, dp=4, micro_batch_size=1,
+                                                    precision="bf16", recompute="full",
+                                                    zero_stage=z), gbs=8) for z in (0, 1))
+    assert z0.peak_memory_bytes[0] == pytest.approx(z1.peak_memory_bytes[0], rel=1e-12)
+    assert z0.step_time_s[0] == pytest.approx(z1.step_time_s[0], rel=1e-12)
 
 
 def test_megatron_fp16_reduces_fp16_gradients():
@@ -778,12 +828,16 @@ def test_deepspeed_bf16_optimizer_all_reduces_at_zero1():
     assert dp_total("bf16") > 1.3 * dp_total("fp16")
 
 
-def test_selective_recompute_reruns_fused_attention():
+@pytest.mark.parametrize(("framework", "reruns"), [("megatron", True),
+                                                   ("deepspeed", False)])
+def test_selective_recompute_of_fused_attention(framework, reruns):
+    # Megatron-Core checkpoints core_attn whatever its kernel; legacy Megatron (Megatron-
+    # DeepSpeed) checkpoints only the unfused attention core
     from costmodel.specs import ParallelConfig
 
     sel = ParallelConfig(tp=1, pp=1, dp=1, micro_batch_size=1, recompute="selective")
-    sc = _fw_score("megatron", sel, flash=True, gbs=1)
-    assert sc.time_breakdown_s["recompute"][0] > 0.0
+    sc = _fw_score(framework, sel, flash=True, gbs=1)
+    assert (sc.time_breakdown_s["recompute"][0] > 0.0) == reruns
 
 
 def test_fp8_output_layer_runs_in_16_bits():
