@@ -223,6 +223,10 @@ class FrameworkCosts:
     # ZeRO-2 re-gathers the parameters for every micro-batch's forward: PyTorch FSDP
     # SHARD_GRAD_OP reshards after each backward; DeepSpeed stage 2 keeps full parameters
     zero2_regather: bool = False
+    # ZeRO-3 keeps only the fp32 flat-parameter shard (PyTorch FSDP: 4 + 4 + 8 = 16 bytes per
+    # parameter over d with mixed precision, the 16-bit copy existing only for gathered
+    # units); DeepSpeed ZeRO-3 keeps a 16-bit partition beside its fp32 master (18 over d)
+    fp32_flat_shard: bool = False
 
 
 FRAMEWORKS: dict[str, FrameworkCosts] = {
@@ -243,5 +247,5 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
     # flash-attn's fused cross entropy (a plain torch cross entropy on fp32 logits, as in
     # torchtitan, holds 2 + 4 + 4 bytes per logit instead)
     "fsdp": FrameworkCosts(layer_pass_s=0.0, elementwise_traffic=2.0, logits_saved_bytes=2.0,
-                           zero2_regather=True),
+                           zero2_regather=True, fp32_flat_shard=True),
 }

@@ -692,9 +692,12 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
         act_last = act_last + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_last)
         act_mid = act_mid + 2.0 * tokens * h * ea * infl_mid
     gm, g_part = _gradient_bytes(fw, prec, pb, gb, z, d)
-    w1, g1, o1 = model_state_bytes(psi_first, pb, gm, ob, z, d)
-    w2, g2, o2 = model_state_bytes(psi_last, pb, gm, ob, z, d)
-    w3, g3, o3 = model_state_bytes(psi_mid, pb, gm, ob, z, d)
+    # PyTorch FSDP FULL_SHARD keeps no 16-bit shard: the fp32 flat-parameter shard (the
+    # master, counted with the optimizer states) is cast to 16 bits when a unit is gathered
+    pw = np.where(fw.fp32_flat_shard & (z >= 3) & (pb < 4.0), 0.0, pb)
+    w1, g1, o1 = model_state_bytes(psi_first, pw, gm, ob, z, d)
+    w2, g2, o2 = model_state_bytes(psi_last, pw, gm, ob, z, d)
+    w3, g3, o3 = model_state_bytes(psi_mid, pw, gm, ob, z, d)
     g1, g2, g3 = g1 + psi_first * g_part, g2 + psi_last * g_part, g3 + psi_mid * g_part
     zbuf = np.where(z >= 3, 2.0 * layer_params / t * pb, 0.0)
     # What the caching allocator reserves on each stage. Of what is allocated and freed

@@ -790,6 +790,27 @@ def test_fp16_and_bf16_states_agree_outside_megatron(zero):
     assert a.dp_comm_total_s[0] == pytest.approx(b.dp_comm_total_s[0], rel=1e-12)
 
 
+def test_fsdp_full_shard_keeps_only_the_fp32_shard():
+    # PyTorch FSDP FULL_SHARD: fp32 flat shard 4 + fp32 gradient 4 + Adam 8 = 16 bytes per
+    # parameter over d (mixed precision); DeepSpeed ZeRO-3 also keeps a 16-bit partition
+    from costmodel.compute import padded_vocab
+    from costmodel.specs import ParallelConfig
+
+    d = 8
+    par = ParallelConfig(tp=1, pp=1, dp=d, micro_batch_size=1, precision="bf16",
+                         recompute="full", zero_stage=3)
+    states = {}
+    for fw in ("fsdp", "deepspeed"):
+        mem = _fw_score(fw, par, gbs=d).memory_breakdown_bytes
+        states[fw] = sum(mem[k][0] for k in ("weights", "gradients", "optimizer_states"))
+    model = ModelSpec(name="m", num_layers=8, hidden_size=4096, num_attention_heads=32,
+                      ffn_hidden_size=16384, vocab_size=128000)
+    psi = (8 * model.params_per_layer + 2 * float(padded_vocab(128000, np.asarray(1))) * 4096
+           + 2 * 4096)  # layers, untied embedding + head, final norm
+    assert states["fsdp"] == pytest.approx(16.0 * psi / d, rel=1e-3)
+    assert states["deepspeed"] > states["fsdp"]
+
+
 def test_deepspeed_bf16_optimizer_shards_at_zero0_as_at_zero1():
     # DeepSpeed runs BF16_Optimizer for bf16 at ZeRO 0 too: it partitions its fp32 states
     from costmodel.specs import ParallelConfig
