@@ -8,5 +8,6 @@ Kept light at import time: submodules are imported where they are used.
 # NCCL buffers per communicator, allocator fragmentation on step-time memory and fp8 casts;
 # 0.3.0 (2026-11-30) the loss buffers per framework and per micro-batch in flight, the
 # interleaved schedule's per-stage memory, fp16 main gradients, selective recompute of fused
-# attention, the 16-bit output layer in fp8, BF16_Optimizer's all-reduce, FSDP SHARD_GRAD_OP.
+# attention, the 16-bit output layer in fp8, BF16_Optimizer's all-reduce and sharding,
+# FSDP's SHARD_GRAD_OP gathers and FULL_SHARD states, Transformer Engine's fp8 memory.
 COST_MODEL_VERSION = "0.3.0"

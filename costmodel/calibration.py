@@ -227,11 +227,14 @@ class FrameworkCosts:
     # parameter over d with mixed precision, the 16-bit copy existing only for gathered
     # units); DeepSpeed ZeRO-3 keeps a 16-bit partition beside its fp32 master (18 over d)
     fp32_flat_shard: bool = False
+    # fp8 training keeps Transformer Engine's fp8 weight copies (and transposes) across a
+    # step's micro-batches: Megatron-Core passes is_first_microbatch to its TE layers
+    fp8_weight_cache: bool = False
 
 
 FRAMEWORKS: dict[str, FrameworkCosts] = {
     "megatron": FrameworkCosts(layer_pass_s=0.0, async_tp_grad=True, fp16_grad_copy=True,
-                               recompute_fused_attention=True),
+                               recompute_fused_attention=True, fp8_weight_cache=True),
     # layer_pass_s + collective_host_s: vTrain's small layers take ~3.4 ms per layer and
     # micro-batch at tp > 1 (4 passes x 0.7825 ms + 6 collectives x 45 us) and ~3.0-3.2 ms at
     # tp = 1 (per-layout fits over the 12-24-layer variants: tp=1 2.95-3.2, tp=2 3.32-3.42 ms,

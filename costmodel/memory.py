@@ -45,7 +45,7 @@ def model_state_bytes(params, param_bytes, grad_bytes, optimizer_bytes, zero_sta
 
 
 def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, sp, recompute,
-                           *, flash_attention: bool, dropout: bool, act_bytes=2.0
+                           *, flash_attention: bool, dropout: bool, act_bytes=2.0, fp8=False
                            ) -> np.ndarray:
     """Activation bytes one layer stores for one micro-batch on one TP rank.
 
@@ -55,6 +55,14 @@ def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, s
     without dropout; 0 with fused attention or selective recompute), output-projection input
     2sbh, MLP 4sbf (plain) or 6sbf (gated), all split by t. Full recompute keeps only the layer
     input 2sbh (split by t with SP).
+
+    ``fp8`` (Transformer Engine linears): each linear keeps its input for the weight gradient
+    as the fp8 (transposed) cast, 1 byte instead of 2 (TE _Linear / _LayerNormLinear
+    save_for_backward: inputmat_t, ln_out): the QKV and MLP inputs and the FC2 input. The
+    out-projection's input is also the fused attention's output, which the attention core
+    keeps in 16 bits for its own backward, so there the fp8 copy comes on top (1 + 2 bytes;
+    1 where the core is unfused or recomputed). Norm and activation-function inputs stay in
+    16 bits.
     """
     b = np.asarray(micro_batch, dtype=float)
     t = np.asarray(tp, dtype=float)
@@ -64,11 +72,16 @@ def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, s
     h, d, a, g, f = (model.hidden_size, model.head_dim, model.num_attention_heads,
                      model.num_kv_heads, model.ffn_hidden_size)
     e = np.asarray(act_bytes, dtype=float) / 2.0  # formulas below count 16-bit elements
+    f8 = np.asarray(fp8, dtype=bool)
+    q = np.where(f8, 0.5, 1.0)  # a linear's saved input: fp8 or 16-bit
     sbh = s * b * h
-    outside = sbh * (8.0 + (2.0 if dropout else 0.0))
+    # layer-norm inputs 4sbh, QKV and MLP inputs 2sbh each, dropout masks
+    outside = sbh * (4.0 + 4.0 * q + (2.0 if dropout else 0.0))
     qkv = 2.0 * s * b * (a + 2 * g) * d
-    out_proj_in = 2.0 * s * b * a * d
-    mlp = (6.0 if model.gated_mlp else 4.0) * s * b * f
+    core_keeps_output = flash_attention & (rc != 1)
+    out_proj_in = 2.0 * s * b * a * d * np.where(f8, np.where(core_keeps_output, 1.5, 0.5), 1.0)
+    # activation-function input (16-bit; gated: both halves) + FC2 input
+    mlp = ((4.0 if model.gated_mlp else 2.0) + 2.0 * q) * s * b * f
     if flash_attention:
         # output is the out-proj input; softmax statistics: fp32 per row and head
         core = 4.0 * a * s * b * np.ones_like(b)

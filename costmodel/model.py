@@ -56,6 +56,9 @@ DDP_BUCKET_ELEMENTS = 40e6
 # Adam (read master, m, v, grad: 16; write master, m, v: 12), copy master -> 16-bit params
 # (read 4, write 2), zero the grad buffer (write 4): 50. fp32: no unscale, no copy: 36.
 OPTIMIZER_STEP_BYTES = np.array([36.0, 36.0, 50.0, 50.0, 50.0])
+# Bytes per local layer parameter of Transformer Engine's cached fp8 weight and its fp8
+# transpose (te.Linear fp8 workspaces, reused while is_first_microbatch is False)
+FP8_WEIGHT_CACHE_BYTES = 2.0
 # HBM bytes per element of Transformer Engine's fused cast-transpose to fp8: read the 16-bit
 # tensor (2), write its fp8 copy (1) and the transposed fp8 copy (1)
 FP8_CAST_BYTES = 4.0
@@ -470,11 +473,11 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     layer_host = np.maximum(0.0, host_layer - gpu_layer)
     per_layer_act = layer_activation_bytes(model, training.seq_length, b, t, sp, rc,
                                            flash_attention=training.flash_attention,
-                                           dropout=training.dropout, act_bytes=ea)
+                                           dropout=training.dropout, act_bytes=ea, fp8=fp8)
     full_layer_act = layer_activation_bytes(model, training.seq_length, b, t, sp,
                                             np.zeros_like(rc),
                                             flash_attention=training.flash_attention,
-                                            dropout=training.dropout, act_bytes=ea)
+                                            dropout=training.dropout, act_bytes=ea, fp8=fp8)
     out = locals()
     return {k: np.broadcast_to(out[k], t.shape) for k in LAYER_TERMS}
 
@@ -698,6 +701,14 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     w1, g1, o1 = model_state_bytes(psi_first, pw, gm, ob, z, d)
     w2, g2, o2 = model_state_bytes(psi_last, pw, gm, ob, z, d)
     w3, g3, o3 = model_state_bytes(psi_mid, pw, gm, ob, z, d)
+    # Transformer Engine's fp8 copies of each layer's linear weights, and their transposes
+    # for the backward on Hopper, cached across the step's micro-batches where the framework
+    # passes is_first_microbatch (Megatron-Core): FP8_WEIGHT_CACHE_BYTES per local layer
+    # parameter beside the 16-bit weights (--fp8-param-gather, which keeps no 16-bit copy,
+    # is not modelled)
+    cache = np.where((prec == PRECISIONS.index("fp8")) & fw.fp8_weight_cache & (z < 3),
+                     FP8_WEIGHT_CACHE_BYTES * layer_params / t, 0.0)
+    w1, w2, w3 = w1 + n_first * cache, w2 + n_last * cache, w3 + n_mid * cache
     g1, g2, g3 = g1 + psi_first * g_part, g2 + psi_last * g_part, g3 + psi_mid * g_part
     zbuf = np.where(z >= 3, 2.0 * layer_params / t * pb, 0.0)
     # What the caching allocator reserves on each stage. Of what is allocated and freed

@@ -102,7 +102,7 @@ def test_parameter_counts():
 
 # ---- GEMM alignment and uneven pipeline partitions ----------------------------------------
 def _score_one(model: ModelSpec, par, gpus: int, seq: int = 2048, gbs: int = 256, *,
-               framework: str = "megatron", flash: bool = False):
+               framework: str = "megatron", flash: bool = False, gpu: str | None = None):
     from costmodel.batch import ConfigBatch
     from costmodel.hardware import default_cluster
     from costmodel.model import score
@@ -110,7 +110,8 @@ def _score_one(model: ModelSpec, par, gpus: int, seq: int = 2048, gbs: int = 256
 
     training = TrainingSpec(seq_length=seq, global_batch_size=gbs, flash_attention=flash,
                             framework=framework)
-    return score(model, default_cluster(gpus), training, ConfigBatch.from_configs([par]))
+    cluster = default_cluster(gpus) if gpu is None else default_cluster(gpus, gpu=gpu)
+    return score(model, cluster, training, ConfigBatch.from_configs([par]))
 
 
 def _bloom_like(layers: int, heads: int, hidden: int = 13824) -> ModelSpec:
@@ -718,11 +719,12 @@ def test_fp8_linears_pay_the_cast_transpose_traffic(monkeypatch):
 
 
 # ---- loss buffers, gradient dtypes on the wire, optimizer-specific reductions ---------------
-def _fw_score(framework: str, par, *, flash: bool = True, gbs: int = 32):
+def _fw_score(framework: str, par, *, flash: bool = True, gbs: int = 32,
+              gpu: str | None = None):
     model = ModelSpec(name="m", num_layers=8, hidden_size=4096, num_attention_heads=32,
                       ffn_hidden_size=16384, vocab_size=128000)
     return _score_one(model, par, par.world_size, seq=4096, gbs=gbs, framework=framework,
-                      flash=flash)
+                      flash=flash, gpu=gpu)
 
 
 @pytest.mark.parametrize(("framework", "pp", "per_logit"), [
@@ -788,6 +790,41 @@ def test_fp16_and_bf16_states_agree_outside_megatron(zero):
     assert a.memory_breakdown_bytes["gradients"][0] == pytest.approx(
         b.memory_breakdown_bytes["gradients"][0], rel=1e-12)
     assert a.dp_comm_total_s[0] == pytest.approx(b.dp_comm_total_s[0], rel=1e-12)
+
+
+def test_fp8_linears_keep_fp8_inputs():
+    # Transformer Engine keeps each linear's input for the weight gradient as its fp8 cast:
+    # QKV and MLP inputs and the FC2 input drop to 1 byte; the fused attention core keeps its
+    # 16-bit output for its own backward, so the out-projection's fp8 copy comes on top
+    s, b, h, f = 2048, 1, GPT3.hidden_size, GPT3.ffn_hidden_size
+    ad = GPT3.num_attention_heads * GPT3.head_dim
+
+    def act(fp8, rc=0, flash=True):
+        return float(layer_activation_bytes(GPT3, s, b, 1, False, rc, flash_attention=flash,
+                                            dropout=False, fp8=fp8))
+
+    assert act(True) - act(False) == pytest.approx(-2 * s * b * h + s * b * ad - s * b * f)
+    # selective recompute (or an unfused core) keeps no 16-bit attention output
+    assert act(True, rc=1) - act(False, rc=1) == pytest.approx(
+        -2 * s * b * h - s * b * ad - s * b * f)
+    assert act(True, rc=2) == act(False, rc=2)  # full recompute: the layer input only
+
+
+def test_megatron_fp8_caches_fp8_weights():
+    # TE's fp8 weight copy and its transpose, kept across the micro-batches of a step
+    from costmodel.specs import ParallelConfig
+
+    def weights(prec, framework="megatron"):
+        par = ParallelConfig(tp=2, pp=1, dp=4, micro_batch_size=1, precision=prec,
+                             recompute="full", zero_stage=1)
+        sc = _fw_score(framework, par, gbs=4, gpu="h100-sxm-80gb")
+        return sc.memory_breakdown_bytes["weights"][0]
+
+    model = ModelSpec(name="m", num_layers=8, hidden_size=4096, num_attention_heads=32,
+                      ffn_hidden_size=16384, vocab_size=128000)
+    assert weights("fp8") - weights("bf16") == pytest.approx(
+        2.0 * 8 * model.params_per_layer / 2, rel=1e-9)
+    assert weights("fp8", "fsdp") == weights("bf16", "fsdp")  # no is_first_microbatch cache
 
 
 def test_fsdp_full_shard_keeps_only_the_fp32_shard():
