@@ -45,8 +45,8 @@ def model_state_bytes(params, param_bytes, grad_bytes, optimizer_bytes, zero_sta
 
 
 def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, sp, recompute,
-                           *, flash_attention: bool, dropout: bool, act_bytes=2.0, fp8=False
-                           ) -> np.ndarray:
+                           *, flash_attention: bool, dropout: bool, act_bytes=2.0, fp8=False,
+                           core_recomputed=None) -> np.ndarray:
     """Activation bytes one layer stores for one micro-batch on one TP rank.
 
     Korthikanti et al. eq. 1 with 16-bit activations: outside the TP regions 10*sbh (layer-norm
@@ -63,6 +63,10 @@ def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, s
     keeps in 16 bits for its own backward, so there the fp8 copy comes on top (1 + 2 bytes;
     1 where the core is unfused or recomputed). Norm and activation-function inputs stay in
     16 bits.
+
+    ``core_recomputed``: whether selective recompute really checkpoints the attention core
+    (default: wherever ``recompute`` is selective; legacy Megatron checkpoints only an
+    unfused core, see ``FrameworkCosts.recompute_fused_attention``).
     """
     b = np.asarray(micro_batch, dtype=float)
     t = np.asarray(tp, dtype=float)
@@ -78,7 +82,8 @@ def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, s
     # layer-norm inputs 4sbh, QKV and MLP inputs 2sbh each, dropout masks
     outside = sbh * (4.0 + 4.0 * q + (2.0 if dropout else 0.0))
     qkv = 2.0 * s * b * (a + 2 * g) * d
-    core_keeps_output = flash_attention & (rc != 1)
+    recomputed = (rc == 1) if core_recomputed is None else np.asarray(core_recomputed, bool)
+    core_keeps_output = flash_attention & ~recomputed
     out_proj_in = 2.0 * s * b * a * d * np.where(f8, np.where(core_keeps_output, 1.5, 0.5), 1.0)
     # activation-function input (16-bit; gated: both halves) + FC2 input
     mlp = ((4.0 if model.gated_mlp else 2.0) + 2.0 * q) * s * b * f
@@ -87,7 +92,7 @@ def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, s
         core = 4.0 * a * s * b * np.ones_like(b)
     else:
         core = (5.0 if dropout else 2.0) * a * s * s * b * np.ones_like(b)
-    core = np.where(rc == 1, 0.0, core)
+    core = np.where(recomputed, 0.0, core)
     inside = qkv + out_proj_in + mlp + core
     per_layer = outside / np.where(sp, t, 1.0) + inside / t
     full = 2.0 * sbh / np.where(sp, t, 1.0)

@@ -471,9 +471,13 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     calls = np.where(sp, 2.0 * n_collectives + 2.0, n_collectives)
     host_layer = host_layer + np.where(batch.tp > 1, calls * fw.collective_host_s, 0.0)
     layer_host = np.maximum(0.0, host_layer - gpu_layer)
+    # selective recompute checkpoints the core only where the time side re-runs it
+    core_recomputed = (rc == 1) & (not training.flash_attention
+                                   or fw.recompute_fused_attention)
     per_layer_act = layer_activation_bytes(model, training.seq_length, b, t, sp, rc,
                                            flash_attention=training.flash_attention,
-                                           dropout=training.dropout, act_bytes=ea, fp8=fp8)
+                                           dropout=training.dropout, act_bytes=ea, fp8=fp8,
+                                           core_recomputed=core_recomputed)
     full_layer_act = layer_activation_bytes(model, training.seq_length, b, t, sp,
                                             np.zeros_like(rc),
                                             flash_attention=training.flash_attention,

@@ -810,6 +810,22 @@ def test_fp8_linears_keep_fp8_inputs():
     assert act(True, rc=2) == act(False, rc=2)  # full recompute: the layer input only
 
 
+@pytest.mark.parametrize("prec", ["bf16", "fp8"])
+def test_selective_recompute_memory_follows_what_is_recomputed(prec):
+    # legacy Megatron (Megatron-DeepSpeed) does not checkpoint a fused core: its selective
+    # recompute keeps what no recompute keeps; Megatron-Core drops the core's buffers
+    from costmodel.specs import ParallelConfig
+
+    def act(framework, rc):
+        par = ParallelConfig(tp=1, pp=1, dp=1, micro_batch_size=1, precision=prec,
+                             recompute=rc)
+        sc = _fw_score(framework, par, gbs=1, gpu="h100-sxm-80gb")
+        return sc.memory_breakdown_bytes["activations"][0]
+
+    assert act("deepspeed", "selective") == pytest.approx(act("deepspeed", "none"), rel=1e-12)
+    assert act("megatron", "selective") < act("megatron", "none")
+
+
 def test_megatron_fp8_caches_fp8_weights():
     # TE's fp8 weight copy and its transpose, kept across the micro-batches of a step
     from costmodel.specs import ParallelConfig
