@@ -115,8 +115,13 @@ class FrameworkCosts:
     ``layer_pass_s``: host-side cost per layer and pass (forward, recomputed forward, and each
     of the two backward GEMM sets) that the GPU waits for: eager-mode op dispatch, autograd
     and checkpointing hooks, stream synchronisation. Dominant for small layers, negligible for
-    large ones. ``pipe_buffers``: DeepSpeed's PipelineEngine keeps the stage's input and output
-    activation per in-flight micro-batch (deepspeed/runtime/pipe/engine.py, num_pipe_buffers).
+    large ones. ``pipe_buffers``: two full activations (b s h, 16-bit) per in-flight micro-batch
+    on top of the layers' checkpoints, a calibrated term: DeepSpeed's PipelineEngine keeps the
+    received input and the stage output per micro-batch (pipe_buffers, num_pipe_buffers), but
+    with tp > 1 (pipe partitioning) its 0.6 code keeps only the output's 1/t partition and the
+    input is the first layer's checkpoint; BLOOM's measured peaks grow by 6-8 GiB per unit of
+    micro-batch at 12 micro-batches in flight, which that count (4.7-5.2) undershoots and two
+    full tensors (6.0-6.6) match; what holds the rest is not identified (docs/cost-model.md).
     ``engine_buffer_bytes``: gradient reduce / all-gather buckets the engine allocates
     (DeepSpeed reduce_bucket_size + allgather_bucket_size, 5e8 elements each by default, in
     16-bit). ``bf16_fp32_grads``: DeepSpeed's BF16_Optimizer (bf16 weights, ZeRO 0/1) accumulates

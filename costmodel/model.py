@@ -694,7 +694,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     # output buffer until the micro-batch's backward (pipe_buffers["outputs"])
     saved = fw.logits_saved_bytes + np.where(fw.pipe_buffers & ~single, 2.0, 0.0)
     logits = (saved * infl_loss + fw.logits_transient_bytes) * tokens * V / t
-    if fw.pipe_buffers:  # input + output activation per in-flight micro-batch, TP-replicated
+    if fw.pipe_buffers:  # two activations per in-flight micro-batch (calibrated, see the field)
         act_first = act_first + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_first)
         act_last = act_last + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_last)
         act_mid = act_mid + 2.0 * tokens * h * ea * infl_mid
