@@ -164,7 +164,7 @@ def _geometry(cluster: ClusterSpec, tp, pp, dp, tied: bool = True
     return {k: v[inv] for k, v in cols.items()}, inv
 
 
-def _gradient_bytes(fw, prec, pb, gb, z, d):
+def _gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt):
     """Gradient bytes per parameter as the framework's optimizer holds them: (the bytes
     ``model_state_bytes`` shards from ZeRO-2 on, the bytes already divided by d where ZeRO-1
     shards them). The optimizer states stay ``OPTIMIZER_BYTES``.
@@ -183,7 +183,6 @@ def _gradient_bytes(fw, prec, pb, gb, z, d):
     + 4 grads32 + 4 params32 + 8 Adam).
     """
     sixteen = pb < 4.0
-    bf16_opt = _bf16_optimizer(fw, prec, z)
     zero16 = (fw.zero_grad16 & sixteen & ~bf16_opt) | _fp16_main_grads(fw, prec)
     gm = np.where(bf16_opt, 6.0, np.where(zero16, 2.0, gb))
     g_part = np.where(zero16, 4.0, 0.0) / np.where(z >= 1, d, 1.0)
@@ -505,7 +504,8 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     # gathers the updated bf16 weights at ZeRO 0 as at 1 (it is what DeepSpeed runs for bf16
     # without the ZeRO optimizer; bf16_optimizer.py partitions by the DP group's size): a
     # ZeRO-1 for the model
-    z = np.where(_bf16_optimizer(fw, prec, batch.zero_stage), 1, batch.zero_stage)
+    bf16_opt = _bf16_optimizer(fw, prec, batch.zero_stage)
+    z = np.where(bf16_opt, 1, batch.zero_stage)
     sched = batch.schedule
     v = np.where(sched == INTERLEAVED, batch.virtual_stages, 1).astype(float)
     s = float(training.seq_length)
@@ -620,7 +620,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     t_ag = comm.time_s("allgather", psi_max * pb, dp_n, dp_nodes)
     bucket = np.minimum(grad_bytes, np.maximum(DDP_BUCKET_ELEMENTS, 1e6 * d) * gcomm)
     # gradients all-reduced: plain DP, and DeepSpeed's BF16_Optimizer at ZeRO-1
-    all_reduce = (z == 0) | _bf16_optimizer(fw, prec, z)
+    all_reduce = (z == 0) | bf16_opt
     t_bucket = np.where(all_reduce, comm.time_s("allreduce", bucket, dp_n, dp_nodes),
                         comm.time_s("reducescatter", bucket, dp_n, dp_nodes))
     # backward of the last micro-batch on the first stage, with its recomputed forwards (the
@@ -698,7 +698,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
         act_first = act_first + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_first)
         act_last = act_last + np.where(single, 0.0, 2.0 * tokens * h * ea * infl_last)
         act_mid = act_mid + 2.0 * tokens * h * ea * infl_mid
-    gm, g_part = _gradient_bytes(fw, prec, pb, gb, z, d)
+    gm, g_part = _gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt)
     # PyTorch FSDP FULL_SHARD keeps no 16-bit shard: the fp32 flat-parameter shard (the
     # master, counted with the optimizer states) is cast to 16 bits when a unit is gathered
     pw = np.where(fw.fp32_flat_shard & (z >= 3) & (pb < 4.0), 0.0, pb)
