@@ -9,8 +9,11 @@ Sources:
 - Model FLOPs per iteration: Korthikanti et al. 2022 (arXiv:2205.05198) eq. 7 (no recompute);
   hardware FLOPs add the recomputed forward (Narayanan et al. eq. 3 for full recompute).
 - Roofline time max(F / (eta_c * peak), Q / (eta_m * B_mem)): Williams et al. 2009 (CACM 52(4)).
-- Wave quantisation of GEMM tiles over the SMs: NVIDIA "Matrix Multiplication Background User's
-  Guide" (docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/).
+- Tile and wave quantisation of GEMM tiles over the SMs: NVIDIA "Matrix Multiplication
+  Background User's Guide" (docs.nvidia.com/deeplearning/performance/dl-performance-matrix-
+  multiplication/), whose A100 example runs 256x128 thread-block tiles, one per SM, so that a
+  wave is 108 tiles; cuBLAS chooses the tile per shape from several (its heuristics), which
+  the model takes as the best of 256x128, 128x256 and a less efficient 128x128.
 - Tensor Core alignment: the same guide (section "Tensor Core Requirements") - cuBLAS reaches
   full Tensor Core speed only when M, N and K are multiples of 16 bytes (8 fp16/bf16
   elements); other sizes run slower kernels. In attention this is the head dimension: e.g.
@@ -31,8 +34,11 @@ from costmodel.specs import ModelSpec
 GEMM_BYTES = np.array([4.0, 4.0, 2.0, 2.0, 1.0])
 ACT_BYTES = np.array([4.0, 4.0, 2.0, 2.0, 2.0])
 
-TILE_M = 128
-TILE_N = 128
+# Thread-block tiles (rows of the output over the tokens, columns over the features) the
+# model lets cuBLAS choose from, with the fraction of the large tiles' throughput each reaches
+# (None: ``Efficiency.gemm_small_tile``). One block per SM per wave.
+GEMM_TILES: tuple[tuple[int, int, float | None], ...] = (
+    (256, 128, 1.0), (128, 256, 1.0), (128, 128, None))
 
 
 def padded_vocab(vocab_size: int, tp: np.ndarray, multiple: int = 128) -> np.ndarray:
@@ -47,14 +53,35 @@ def aligned_16_bytes(dim, elem_bytes) -> np.ndarray:
     return np.mod(nbytes, 16.0) == 0.0
 
 
+def tile_efficiency(m, n, *, sm_count: int, small_tile: float) -> np.ndarray:
+    """Fraction of the SMs' tile throughput an (m x n) GEMM output keeps, best tile chosen.
+
+    A tile of ``tm x tn`` costs a full tile even where the matrix ends inside it (tile
+    quantisation), and the tiles run in waves of ``sm_count`` (wave quantisation; NVIDIA GEMM
+    guide): with ``w = ceil(tiles / sm_count)`` waves the efficiency is
+    ``m n / (w sm_count tm tn)``, times the tile's own efficiency (``small_tile`` for 128x128,
+    which loads more operand bytes per FLOP than 256x128). cuBLAS's heuristics pick the kernel
+    per shape; the model takes the best of the candidates in ``GEMM_TILES``.
+    """
+    m = np.asarray(m, dtype=float)
+    n = np.asarray(n, dtype=float)
+    best = np.zeros(np.broadcast(m, n).shape)
+    for tm, tn, own in GEMM_TILES:
+        tiles = np.ceil(m / tm) * np.ceil(n / tn)
+        waves = np.ceil(tiles / sm_count)
+        e = (small_tile if own is None else own) * m * n / (waves * sm_count * tm * tn)
+        best = np.maximum(best, e)
+    return best
+
+
 def gemm_time_s(m, n, k, *, peak_flops_per_s, mem_bandwidth_bytes_per_s, elem_bytes,
                 eff: Efficiency, sm_count: int, tensor_cores=True) -> np.ndarray:
-    """Roofline time of one (m x k) @ (k x n) GEMM, with wave quantisation and launch cost.
+    """Roofline time of one (m x k) @ (k x n) GEMM, with tile/wave quantisation and launch cost.
 
-    time = max(2mnk / (eta_gemm * peak * wave_eff * align), bytes / (eta_mem * B_mem))
-    + overhead, wave_eff = tiles / (waves * SMs) with 128x128 output tiles, align =
-    ``eff.gemm_misaligned`` when N or K is not a multiple of 16 bytes (the dimensions the
-    Tensor Core kernels load along; M, the token count, is always aligned here), else 1.
+    time = max(2mnk / (eta_gemm * peak * tile_eff * k_eff * align), bytes / (eta_mem * B_mem))
+    + overhead: ``tile_eff`` from :func:`tile_efficiency`, ``k_eff = k / (k + k_half)``,
+    align = ``eff.gemm_misaligned`` when N or K is not a multiple of 16 bytes (the dimensions
+    the Tensor Core kernels load along; M, the token count, is always aligned here), else 1.
     ``tensor_cores`` False (fp32 on CUDA cores, whose peak the caller passes) skips the
     alignment factor: it describes leaving the Tensor Core fast path.
     """
@@ -62,15 +89,13 @@ def gemm_time_s(m, n, k, *, peak_flops_per_s, mem_bandwidth_bytes_per_s, elem_by
     n = np.asarray(n, dtype=float)
     k = np.asarray(k, dtype=float)
     flops = 2.0 * m * n * k
-    tiles = np.ceil(m / TILE_M) * np.ceil(n / TILE_N)
-    waves = np.ceil(tiles / sm_count)
-    wave_eff = tiles / (waves * sm_count)
+    tile_eff = tile_efficiency(m, n, sm_count=sm_count, small_tile=eff.gemm_small_tile)
     # Small GEMMs lose efficiency beyond quantisation (pipeline fill, fewer K iterations):
     # a saturating factor k / (k + k_half) on the reduction dimension.
     k_eff = k / (k + eff.gemm_k_half)
     aligned = aligned_16_bytes(n, elem_bytes) & aligned_16_bytes(k, elem_bytes)
     align = np.where(aligned | ~np.asarray(tensor_cores, dtype=bool), 1.0, eff.gemm_misaligned)
-    t_compute = flops / (eff.gemm * peak_flops_per_s * wave_eff * k_eff * align)
+    t_compute = flops / (eff.gemm * peak_flops_per_s * tile_eff * k_eff * align)
     q = elem_bytes * (m * k + k * n) + 2.0 * m * n
     t_memory = q / (eff.memory * mem_bandwidth_bytes_per_s)
     return np.maximum(t_compute, t_memory) + eff.kernel_overhead_s

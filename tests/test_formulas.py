@@ -244,6 +244,28 @@ def test_fp8_keeps_the_attention_core_in_16_bit():
     assert fp8 < bf16
 
 
+def test_tile_efficiency_takes_the_best_tile_with_tile_and_wave_quantisation():
+    from costmodel.compute import tile_efficiency
+
+    def te(m, n):
+        return float(tile_efficiency(m, n, sm_count=108, small_tile=0.85))
+
+    # 108 tiles of 256 x 128: one full wave on an A100
+    assert te(256 * 108, 128) == pytest.approx(1.0)
+    # one 256 x 128 tile keeps 1 of 108 SMs busy; two 128 x 128 tiles keep 2, at 0.85 each
+    assert te(256, 128) == pytest.approx(0.85 * 2 / 108)
+    # a 64-wide output fills half of every tile (tile quantisation): the large tile's 0.5
+    # beats 128 x 128's 0.85 x 0.5
+    assert te(256 * 108, 64) == pytest.approx(0.5)
+    # one large tile more than a wave costs a second wave (109 / 216); 218 small tiles take
+    # three waves of 108 but waste less: 0.85 x 218 / 324
+    assert te(256 * 109, 128) == pytest.approx(0.85 * 218 / 324)
+    assert 0.85 * 218 / 324 > 109 / 216
+    # vectorised: broadcasts like the rest of the cost model
+    assert np.asarray(tile_efficiency(np.array([256 * 108, 256]), 128, sm_count=108,
+                                      small_tile=0.85)).shape == (2,)
+
+
 def test_alignment_factor_only_on_tensor_cores():
     from costmodel.calibration import efficiency_for
     from costmodel.compute import gemm_time_s
