@@ -101,6 +101,21 @@ def gemm_time_s(m, n, k, *, peak_flops_per_s, mem_bandwidth_bytes_per_s, elem_by
     return np.maximum(t_compute, t_memory) + eff.kernel_overhead_s
 
 
+def soft_max(a, b, p: float) -> np.ndarray:
+    """``(a^p + b^p)^(1/p)``: the larger of two overlapped times, plus what the overlap loses
+    near the crossover; ``p = inf`` is the plain maximum. Written as ``hi (1 + (lo/hi)^p)^(1/p)``
+    so that it neither overflows nor turns an infinite (unrunnable) time into NaN."""
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    hi = np.maximum(a, b)
+    if not np.isfinite(p):
+        return hi
+    lo = np.minimum(a, b)
+    ratio = np.divide(lo, hi, out=np.zeros(np.broadcast(lo, hi).shape), where=hi > 0)
+    ratio = np.where(np.isfinite(hi), ratio, 0.0)
+    return hi * (1.0 + ratio ** p) ** (1.0 / p)
+
+
 def memory_op_time_s(bytes_moved, *, mem_bandwidth_bytes_per_s, eff: Efficiency,
                      n_kernels: float = 1.0) -> np.ndarray:
     """A memory-bound op (norm, activation, residual, softmax, optimizer): bytes / B_mem."""

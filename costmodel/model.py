@@ -32,6 +32,7 @@ from costmodel.compute import (
     memory_op_time_s,
     model_flops_per_step,
     padded_vocab,
+    soft_max,
 )
 from costmodel.memory import (
     GRAD_BYTES,
@@ -461,15 +462,18 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     head_t = head_f + head_b
 
     gpu_layer = layer_f + layer_b + layer_rc + layer_tp
-    # The host launches asynchronously: a layer takes the longer of its GPU time and the
-    # framework's host time (per pass: forward, two backward halves, recomputed forward).
-    # Only small layers are host-bound.
+    # The host launches asynchronously: a layer takes about the longer of its GPU time and the
+    # framework's host time (per pass: forward, two backward halves, recomputed forward), the
+    # two joined by a p-norm (FrameworkCosts.host_overlap_p) since the host's time per layer
+    # varies and the GPU idles whenever it falls behind. Only small layers are host-bound.
     host_layer = fw.layer_pass_s * (3.0 + np.where(rc == 2, 1.0, 0.0))
     # each TP collective's host-side call (a tp = 1 layer makes none); with SP each is an
     # all-gather + reduce-scatter pair, plus the backward's two re-gathers
     calls = np.where(sp, 2.0 * n_collectives + 2.0, n_collectives)
     host_layer = host_layer + np.where(batch.tp > 1, calls * fw.collective_host_s, 0.0)
-    layer_host = np.maximum(0.0, host_layer - gpu_layer)
+    joined = soft_max(gpu_layer, host_layer, fw.host_overlap_p)
+    layer_host = np.subtract(joined, gpu_layer, out=np.zeros(joined.shape),
+                             where=np.isfinite(gpu_layer))  # an unrunnable layer stays inf
     # selective recompute checkpoints the core only where the time side re-runs it
     core_recomputed = (rc == 1) & (not training.flash_attention
                                    or fw.recompute_fused_attention)

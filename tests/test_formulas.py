@@ -266,6 +266,18 @@ def test_tile_efficiency_takes_the_best_tile_with_tile_and_wave_quantisation():
                                       small_tile=0.85)).shape == (2,)
 
 
+def test_soft_max_joins_overlapped_times():
+    from costmodel.compute import soft_max
+
+    assert float(soft_max(3.0, 0.0, 7.0)) == 3.0  # nothing to overlap
+    assert float(soft_max(2.0, 2.0, 7.0)) == pytest.approx(2.0 * 2 ** (1 / 7))  # crossover
+    assert float(soft_max(10.0, 1.0, 7.0)) == pytest.approx(10.0, rel=1e-7)  # far from it
+    assert float(soft_max(2.0, 1.0, np.inf)) == 2.0  # p = inf: the plain maximum
+    out = soft_max(np.array([np.inf, 1e-3, 0.0]), np.array([1e-3, 1e-3, 0.0]), 7.0)
+    assert out[0] == np.inf and np.isfinite(out[1]) and out[2] == 0.0  # no NaN, no overflow
+    assert float(soft_max(1e-300, 1e-300, 7.0)) == pytest.approx(1e-300 * 2 ** (1 / 7))
+
+
 def test_alignment_factor_only_on_tensor_cores():
     from costmodel.calibration import efficiency_for
     from costmodel.compute import gemm_time_s
@@ -571,11 +583,16 @@ def test_deepspeed_host_floor_adds_each_tp_collective_call():
                                batch, geo["tp_nodes"])
         gpu = sum(float(terms[k][0]) for k in ("layer_f", "layer_b", "layer_rc", "layer_tp"))
         assert float(terms["layer_host"][0]) > 0  # host-bound
-        return gpu + float(terms["layer_host"][0])
+        return gpu, gpu + float(terms["layer_host"][0])
 
-    assert layer_s(1) == pytest.approx(4 * fw.layer_pass_s, rel=1e-9)
-    assert layer_s(2) == pytest.approx(4 * fw.layer_pass_s + 6 * fw.collective_host_s,
-                                       rel=1e-9)
+    from costmodel.compute import soft_max
+
+    for tp, host in ((1, 4 * fw.layer_pass_s),
+                     (2, 4 * fw.layer_pass_s + 6 * fw.collective_host_s)):
+        gpu, total = layer_s(tp)
+        assert gpu < 0.6 * host  # well below the crossover: the p-norm adds < 0.1%
+        assert total == pytest.approx(float(soft_max(gpu, host, fw.host_overlap_p)), rel=1e-9)
+        assert total == pytest.approx(host, rel=1e-3)
 
 
 @pytest.mark.parametrize("framework", ["megatron", "deepspeed"])

@@ -480,11 +480,11 @@ def test_step_time_every_group_median(result):
 
 
 def test_ranking_within_sweeps(result):
-    # CI threshold (0.87), a little below issue 3's target; 0.880 on 2026-11-30 (session 7)
+    # CI threshold (0.87), a little below issue 3's target; 0.891 on 2026-11-30 (session 7)
     assert result["step_time"]["mean_spearman"] >= v.THRESHOLDS["mean_spearman"]
 
 
-@pytest.mark.xfail(reason="issue 3 target (mean within-sweep Spearman >= 0.9) not met: 0.880. "
+@pytest.mark.xfail(reason="issue 3 target (mean within-sweep Spearman >= 0.9) not met: 0.891. "
                    "An exact model would reach ~0.97 under the data's noise "
                    "(benchmarks/spearman_ceiling.py); BLOOM's 7 small sweeps average 0.22 "
                    "(docs/cost-model.md, Known gaps)", strict=False)
