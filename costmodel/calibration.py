@@ -40,12 +40,12 @@ class Efficiency:
 # length at which a GEMM loses half of it (TP shards and small hidden sizes lose efficiency);
 # ``attention`` the fraction of peak a fused causal attention kernel reaches on the FLOPs it
 # executes (half the square). Ampere: A100 runs of Megatron-LM (Korthikanti et al. 2022, SC21),
-# vTrain and llm-foundry; 0.80 (the large-tile kernels' fraction: tile and wave quantisation
+# vTrain and llm-foundry; 0.78 (the large-tile kernels' fraction: tile and wave quantisation
 # and the 128x128 tiles' ``gemm_small_tile`` come on top, compute.tile_efficiency), with the
 # backward TP collectives overlapping the weight-gradient GEMMs (``async_tp_grad``) and
-# dropout fused: Korthikanti's Table 4 layers are then within 3.5% (MAPE 2.3%) and Table 5
-# within 3.5% (grid 0.77-0.83: Table 4 MAPE 5.1-0.7%, Table 5 max 5.4, 4.2, 3.0, 3.5, 4.6,
-# 5.6, 6.5%). Hopper: llm-foundry's 35 H100 runs (MAPE 4.4% with gemm 0.68 and
+# dropout fused: Korthikanti's Table 4 layers are then within 2.6% (MAPE 1.5%) and Table 5
+# within 3.7% (grid 0.77-0.81: Table 4 MAPE 2.5, 1.5, 0.9, 0.8, 1.2%, Table 5 max 4.9, 3.7,
+# 3.9, 4.7, 5.5%; mean Spearman 0.891, 0.890, 0.885, 0.883, 0.881). Hopper: llm-foundry's 35 H100 runs (MAPE 4.4% with gemm 0.68 and
 # attention 0.18; 0.66 gives 4.4% too, 0.70 5.0%); the second number is the
 # FlashAttention-2/Triton era of those runs (their 16k-65k-token rows pin it), cuDNN/FA3 kernels
 # reach more - a known limitation. Megatron-Core's H100 weak-scaling table (41-49% MFU, no
@@ -73,12 +73,12 @@ class Efficiency:
 # one per SM) or 128x128, which quantises less but loads 1/64 + 1/64 operand elements per
 # multiply-add against 1/128 + 1/256 (a third more traffic per FLOP) and so runs slower.
 # 0.85 is fitted on vTrain's single-node sweeps, whose GEMMs (hidden 1024-2048, 1-8 TP
-# shards) are where the tile choice matters: their mean Spearman is 0.911 with the former
-# fixed 128x128 tiles and with the large tiles alone, 0.918-0.929 with 128x128 at 0.80-0.95
-# (0.85 best: a narrow optimum, the mean over all sweeps being 0.864 without the 128x128
-# option and 0.870, 0.880, 0.873, 0.872 at 0.80, 0.85, 0.90, 0.95). The large tiles also
-# slow Korthikanti's tp-8 layers (Table 4), which raises the refitted ``gemm`` from 0.78
-# to 0.80. Per-(hidden, tp, micro-batch) residuals on
+# shards) are where the tile choice matters. With the rest of the model as it is, their mean
+# Spearman is 0.925 without the 128x128 option and 0.931, 0.940, 0.937, 0.929 with it at
+# 0.80, 0.85, 0.90, 0.95 (over all sweeps 0.877; 0.882, 0.890, 0.888, 0.880): 0.85 is a
+# narrow optimum. Fixed 128x128 tiles, as before, gave 0.911 on vTrain. The large tiles also
+# slow Korthikanti's tp-8 layers (Table 4); ``gemm`` stays at 0.78 once the unfused
+# softmax's HBM passes follow Megatron's kernels (model.py). Per-(hidden, tp, micro-batch) residuals on
 # vTrain stay at -30..+23% with ~1% spread inside each cell: kernel choices at particular
 # shapes that only a measured GEMM table of the A100 would capture.
 #
@@ -93,7 +93,7 @@ class Efficiency:
 # not all). It applies to GEMMs the model runs through cuBLAS: the linears and the unfused
 # attention core; fused attention instead pads the head dimension to its kernels' step
 # (compute.py / model.py).
-_AMPERE = Efficiency(gemm=0.80, gemm_k_half=128.0, memory=0.85, attention=0.35,
+_AMPERE = Efficiency(gemm=0.78, gemm_k_half=128.0, memory=0.85, attention=0.35,
                      kernel_overhead_s=4e-6, step_overhead_s=0.0,
                      cuda_context_bytes=1.5e9, allocator_fraction=0.15, gemm_misaligned=0.125)
 _HOPPER = Efficiency(gemm=0.68, gemm_k_half=128.0, memory=0.85, attention=0.18,
@@ -267,9 +267,10 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
     # slower than the larger of the two times (at 1-2 samples per micro-batch, hidden 1024-2048,
     # e.g. 3.9 ms per layer and micro-batch against a 3.7 ms floor); the host's time per layer
     # varies, and E[max(g, H)] = h + 0.4 sigma at g = h for a normal H, which a p of 7
-    # (2^(1/7) = 1.10) matches for a spread sigma of ~25% of h. Fitted: the mean Spearman over
-    # all sweeps is 0.880 with the plain maximum and 0.884, 0.890, 0.891, 0.890, 0.888, 0.883
-    # at p = 5, 6, 7, 8, 10, 12 (vTrain single node 0.929 -> 0.941); MAPE unchanged.
+    # (2^(1/7) = 1.10) matches for a spread sigma of ~25% of h. Fitted, and a narrow optimum:
+    # the mean Spearman over all sweeps is 0.880 with the plain maximum and 0.882, 0.881,
+    # 0.890, 0.889, 0.888, 0.883 at p = 5, 6, 7, 8, 10, 12 (vTrain single node 0.929 -> 0.940
+    # at 7); MAPE moves by less than 0.1 point.
     "deepspeed": FrameworkCosts(layer_pass_s=0.7825e-3, collective_s=0.05e-3,
                                 collective_host_s=45e-6, pipe_regather_output=True,
                                 elementwise_traffic=1.5, pipe_buffers=True,

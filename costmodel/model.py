@@ -345,9 +345,21 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
         # batched QK^T and probabilities x V, each approximated as one GEMM, in 16-bit
         score_gemm = gemm(s * heads_local, s, hd, attn_peak, ea)
         ctx_gemm = gemm(s * heads_local, hd, s, attn_peak, ea)
-        softmax = memop(4.0 * heads_local * s * s * ea, 2.0)
-        t_attn_f = score_gemm + ctx_gemm + softmax
-        t_attn_b = 2.0 * (score_gemm + ctx_gemm) + 2.0 * softmax
+        # HBM passes over the b x heads/t x s x s scores (in 16-bit elements): Megatron's fused
+        # scale-mask-softmax kernels (scaled_upper_triang_masked_softmax for a causal mask)
+        # read only the rows' unmasked part (half the square when causal) and write every
+        # element; the backward reads the output and its gradient the same way and writes the
+        # input gradient. Attention dropout reads the probabilities and writes them and a
+        # 1-byte mask (half a 16-bit pass); its backward reads the gradient and the mask and
+        # writes the gradient.
+        part = 0.5 if model.causal else 1.0
+        drop = training.dropout
+        sm_f = memop((part + 1.0 + (2.5 if drop else 0.0)) * heads_local * s * s * ea,
+                     2.0 if drop else 1.0)
+        sm_b = memop((2.0 * part + 1.0 + (2.5 if drop else 0.0)) * heads_local * s * s * ea,
+                     2.0 if drop else 1.0)
+        t_attn_f = score_gemm + ctx_gemm + sm_f
+        t_attn_b = 2.0 * (score_gemm + ctx_gemm) + sm_b
         t_attn_recompute = t_attn_f
     # memory-bound element-wise ops: 2 norms (4sbh), 2 residual adds (6sbh), activation (gated
     # 3sbf, plain 2sbf), rotary on q,k (2sb(a+g)d_h); hidden dropout is fused into the

@@ -314,6 +314,41 @@ def test_flash_attention_pads_head_dim_to_steps_of_32():
     assert step(96) / step(128) < 0.80  # 96 and 128 are kernel sizes: no padding
 
 
+def test_unfused_softmax_reads_half_the_scores_when_causal():
+    # Megatron's fused causal softmax reads only the unmasked lower triangle of the scores and
+    # writes all of them; its backward reads output and gradient the same way: a causal mask
+    # saves half a pass forward and one pass backward over b x heads/t x s x s 16-bit scores
+    from costmodel import model as M
+    from costmodel.batch import ConfigBatch
+    from costmodel.calibration import FRAMEWORKS, efficiency_for
+    from costmodel.hardware import default_cluster
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    cluster = default_cluster(8)
+    eff = efficiency_for(cluster.gpu.compute_capability)
+    s, a, b = 2048, 16, 2
+    par = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=b, precision="bf16",
+                         recompute="none")
+    batch = ConfigBatch.from_configs([par])
+    geo, layout = M._geometry(cluster, batch.tp, batch.pp, batch.dp)
+
+    def terms(causal, dropout):
+        model = ModelSpec(name="m", num_layers=2, hidden_size=1024, num_attention_heads=a,
+                          ffn_hidden_size=4096, vocab_size=51200, causal=causal)
+        training = TrainingSpec(seq_length=s, global_batch_size=16, flash_attention=False,
+                                dropout=dropout)
+        t = M._layer_terms(model, training, eff, FRAMEWORKS["megatron"], cluster.gpu,
+                           M._Collectives(M._system(cluster), batch, layout), batch,
+                           geo["tp_nodes"])
+        return float(t["layer_f"][0]), float(t["layer_b"][0])
+
+    scores_pass_s = b * a * s * s * 2.0 / (eff.memory * cluster.gpu.memory_bandwidth_bytes_per_s)
+    for dropout in (False, True):
+        (cf, cb), (nf, nb) = terms(True, dropout), terms(False, dropout)
+        assert nf - cf == pytest.approx(0.5 * scores_pass_s, rel=1e-6)
+        assert nb - cb == pytest.approx(1.0 * scores_pass_s, rel=1e-6)
+
+
 def test_rules_reject_uneven_ffn_and_unaligned_fp8():
     from costmodel.batch import ConfigBatch
     from costmodel.hardware import default_cluster
