@@ -45,10 +45,10 @@ class Efficiency:
 # backward TP collectives overlapping the weight-gradient GEMMs (``async_tp_grad``) and
 # dropout fused: Korthikanti's Table 4 layers are then within 2.6% (MAPE 1.5%) and Table 5
 # within 3.7% (grid 0.77-0.81: Table 4 MAPE 2.5, 1.5, 0.9, 0.8, 1.2%, Table 5 max 4.9, 3.7,
-# 3.9, 4.7, 5.5%; mean Spearman 0.891, 0.890, 0.885, 0.883, 0.881). Hopper: llm-foundry's 35 H100 runs (MAPE 4.4% with gemm 0.68 and
-# attention 0.18; 0.66 gives 4.4% too, 0.70 5.0%); the second number is the
-# FlashAttention-2/Triton era of those runs (their 16k-65k-token rows pin it), cuDNN/FA3 kernels
-# reach more - a known limitation. Megatron-Core's H100 weak-scaling table (41-49% MFU, no
+# 3.9, 4.7, 5.5%; mean Spearman 0.891, 0.890, 0.885, 0.883, 0.881). Hopper: llm-foundry's
+# 35 H100 runs (MAPE 4.4% with gemm 0.68 and attention 0.18; 0.66 gives 4.4% too, 0.70
+# 5.0%); the second number is the FlashAttention-2/Triton era of those runs (their
+# 16k-65k-token rows pin it), cuDNN/FA3 kernels reach more - a known limitation. Megatron-Core's H100 weak-scaling table (41-49% MFU, no
 # micro-batch given, so only a sanity check at micro-batch 1) comes out at 0.89x its MFU on
 # average, the rest being its unstated interleaving and the DP reduce-scatter of dp=48 runs.
 # fp8 GEMMs reach ``fp8_gemm_scale`` x the bf16 fraction of their own (2x) peak. Transformer
@@ -78,9 +78,9 @@ class Efficiency:
 # 0.80, 0.85, 0.90, 0.95 (over all sweeps 0.877; 0.882, 0.890, 0.888, 0.880): 0.85 is a
 # narrow optimum. Fixed 128x128 tiles, as before, gave 0.911 on vTrain. The large tiles also
 # slow Korthikanti's tp-8 layers (Table 4); ``gemm`` stays at 0.78 once the unfused
-# softmax's HBM passes follow Megatron's kernels (model.py). Per-(hidden, tp, micro-batch) residuals on
-# vTrain stay at -30..+23% with ~1% spread inside each cell: kernel choices at particular
-# shapes that only a measured GEMM table of the A100 would capture.
+# softmax's HBM passes follow Megatron's kernels (model.py). Per-(hidden, tp, micro-batch)
+# residuals on vTrain stay at -30..+22% with ~1% spread inside each cell: kernel choices at
+# particular shapes that only a measured GEMM table of the A100 would capture.
 #
 # ``gemm_misaligned``: a GEMM whose N or K is not a multiple of 16 bytes (an attention head
 # dimension such as 108 or 150) leaves cuBLAS's fast Tensor Core kernels: before cuBLAS 11 it
