@@ -205,7 +205,7 @@ def grad_wire_bytes(fw, prec):
     return np.where(_fp16_main_grads(fw, prec), 2.0, wire)
 
 
-def _bf16_optimizer(fw, prec, z):
+def uses_bf16_optimizer(fw, prec, z):
     """DeepSpeed's BF16_Optimizer: bf16 weights (bf16 training, and fp8, whose DeepSpeed config
     is the bf16 one) with ZeRO 0/1. It all-reduces the gradients (pipe engine
     _bf16_reduce_grads -> buffered_allreduce_fallback) and then gathers its updated partition."""
@@ -520,7 +520,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     # gathers the updated bf16 weights at ZeRO 0 as at 1 (it is what DeepSpeed runs for bf16
     # without the ZeRO optimizer; bf16_optimizer.py partitions by the DP group's size): a
     # ZeRO-1 for the model
-    bf16_opt = _bf16_optimizer(fw, prec, batch.zero_stage)
+    bf16_opt = uses_bf16_optimizer(fw, prec, batch.zero_stage)
     z = np.where(bf16_opt, 1, batch.zero_stage)
     sched = batch.schedule
     v = np.where(sched == INTERLEAVED, batch.virtual_stages, 1).astype(float)

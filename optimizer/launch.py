@@ -719,7 +719,9 @@ def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     all-gather and a reduce-scatter of that total size; DP (``dp > 1``) the gradient reduction
     in buckets (all-reduce, or reduce-scatter + parameter all-gather with ZeRO): Megatron
     ``max(40M, 1M x dp)`` elements (one bucket without ``overlap_grad_reduce``), DeepSpeed
-    ``reduce_bucket_size = h x h`` (500M elements without ZeRO), FSDP one transformer layer
+    ``reduce_bucket_size = h x h`` (500M elements without ZeRO; its BF16_Optimizer, bf16 or fp8
+    weights at ZeRO 0/1, all-reduces 500M-element buffers and then all-gathers the updated
+    parameters in ``allgather_bucket_size`` = 500M-element buckets), FSDP one transformer layer
     (PyTorch DDP's 25 MiB without ZeRO), ZeRO-3 one layer; a bucket never exceeds the stage's
     gradients. Tied embeddings with ``pp > 1``: the embedding-gradient all-reduce between the
     first and last stage. Pipeline send/recv is not in NCCL's table and has no line.
@@ -731,7 +733,7 @@ def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     from costmodel.calibration import FRAMEWORKS
     from costmodel.compute import ACT_BYTES, padded_vocab
     from costmodel.memory import PARAM_BYTES
-    from costmodel.model import grad_wire_bytes
+    from costmodel.model import grad_wire_bytes, uses_bf16_optimizer
     from costmodel.specs import PRECISIONS
 
     job_shape(cluster, config)
@@ -760,9 +762,13 @@ def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
             calls.append((f"TP all-reduce of {what}", "allreduce", act, t, lay.tp.n_nodes))
     if d > 1:
         z, fw = config.zero_stage, training.framework
+        bf16_opt = bool(uses_bf16_optimizer(FRAMEWORKS[fw], prec, z))
         if z >= 3 or (fw == "fsdp" and z >= 1):
             grad_el = param_el = layer
             src = "one layer (FSDP unit)"
+        elif bf16_opt:
+            grad_el = param_el = 5e8
+            src = "DeepSpeed BF16_Optimizer buffer"
         elif fw == "deepspeed":
             grad_el = param_el = h * h if z >= 1 else 5e8
             src = "DeepSpeed reduce_bucket_size" if z >= 1 else "DeepSpeed allreduce bucket"
@@ -773,10 +779,13 @@ def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
             grad_el = param_el = max(40e6, 1e6 * d) if training.overlap_grad_reduce else psi
             src = "Megatron DDP bucket" if training.overlap_grad_reduce else "one bucket"
         grad_el, param_el = min(grad_el, psi), min(param_el, psi)
-        if z == 0:
+        if z == 0 or bf16_opt:
             calls.append((f"DP gradient all-reduce, {src}", "allreduce", grad_el * gb, d,
                           lay.dp.n_nodes))
-        else:
+        if bf16_opt:
+            calls.append((f"DP parameter all-gather, {src}", "allgather", param_el * pb, d,
+                          lay.dp.n_nodes))
+        elif z > 0:
             calls.append((f"DP gradient reduce-scatter, {src}", "reducescatter", grad_el * gb, d,
                           lay.dp.n_nodes))
             calls.append((f"DP parameter all-gather, {src}", "allgather", param_el * pb, d,

@@ -545,6 +545,35 @@ def test_tuner_csv_sp_zero1_multinode(tmp_path):
     assert nccl_tuner_csv(r.model, r.cluster, r.training, r.parallel) == out
 
 
+def test_tuner_csv_deepspeed_bf16_optimizer(tmp_path):
+    # DeepSpeed with bf16 weights at ZeRO 0/1 runs BF16_Optimizer: it all-reduces the 16-bit
+    # gradients in 500M-element buffers and all-gathers the updated bf16 parameters, as the
+    # cost model scores it (model.uses_bf16_optimizer); fp16 keeps the engine's plain paths
+    from optimizer.launch import nccl_tuner_csv
+
+    def rows(precision, zero):
+        run = tmp_path / f"run-{precision}-{zero}.yaml"
+        run.write_text("model: llama-7b\ncluster: dgx-h100\n"
+                       "training: {seq_length: 4096, global_batch_size: 512, "
+                       "framework: deepspeed}\n"
+                       f"parallel: {{tp: 8, pp: 1, dp: 4, micro_batch_size: 1, "
+                       f"precision: {precision}, zero_stage: {zero}}}\n")
+        rc, out, err = run_cli(["nccl", "--tuner-csv", str(run)])
+        assert rc == 0, err
+        from costmodel.loaders import load_run
+
+        r = load_run(run)
+        assert nccl_tuner_csv(r.model, r.cluster, r.training, r.parallel) == out
+        return {(x[0], int(x[1])) for x in _csv_rows(out) if int(x[7]) == 4}
+
+    for zero in (0, 1):
+        # 7B / tp 8 = ~0.8e9 parameters per GPU, above the 500M-element buffer: 5e8 x 2 B
+        assert rows("bf16", zero) == {("allreduce", 1_000_000_000),
+                                      ("allgather", 1_000_000_000)}
+    assert {c for c, _ in rows("fp16", 0)} == {"allreduce"}
+    assert {c for c, _ in rows("fp16", 1)} == {"reducescatter", "allgather"}
+
+
 def test_tuner_csv_forced_invalid_pair(tmp_path):
     run = tmp_path / "run.yaml"
     run.write_text("model: llama-7b\ncluster: dgx-h100\n"
