@@ -48,9 +48,10 @@ class Efficiency:
 # 3.9, 4.7, 5.5%; mean Spearman 0.891, 0.890, 0.885, 0.883, 0.881). Hopper: llm-foundry's
 # 35 H100 runs (MAPE 4.4% with gemm 0.68 and attention 0.18; 0.66 gives 4.4% too, 0.70
 # 5.0%); the second number is the FlashAttention-2/Triton era of those runs (their
-# 16k-65k-token rows pin it), cuDNN/FA3 kernels reach more - a known limitation. Megatron-Core's H100 weak-scaling table (41-49% MFU, no
-# micro-batch given, so only a sanity check at micro-batch 1) comes out at 0.85x its MFU on
-# average, the rest being its unstated interleaving and the DP reduce-scatter of dp=48 runs.
+# 16k-65k-token rows pin it), cuDNN/FA3 kernels reach more - a known limitation.
+# Megatron-Core's H100 weak-scaling table (41-49% MFU, no micro-batch given, so only a sanity
+# check at micro-batch 1) comes out at 0.85x its MFU on average, the rest being its unstated
+# interleaving and the DP reduce-scatter of dp=48 runs.
 # fp8 GEMMs reach ``fp8_gemm_scale`` x the bf16 fraction of their own (2x) peak. Transformer
 # Engine's cast-transpose kernels are charged apart, as HBM traffic (model.py FP8_CAST_BYTES):
 # they grow with h and the GEMMs with h^2, so folding them into this factor (0.7, before)
