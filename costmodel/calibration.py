@@ -71,7 +71,7 @@ class Efficiency:
 #
 # ``gemm_small_tile``: cuBLAS picks a thread-block tile per GEMM shape; the model lets it take
 # 256x128 or 128x256 (the tile NVIDIA's GEMM guide uses for its A100 wave-quantisation example,
-# one per SM) or 128x128, which quantises less but loads 1/64 + 1/64 operand elements per
+# one per SM) or 128x128, which quantises less but loads 1/128 + 1/128 operand elements per
 # multiply-add against 1/128 + 1/256 (a third more traffic per FLOP) and so runs slower.
 # 0.85 is fitted on vTrain's single-node sweeps, whose GEMMs (hidden 1024-2048, 1-8 TP
 # shards) are where the tile choice matters. With the rest of the model as it is, their mean
@@ -80,8 +80,9 @@ class Efficiency:
 # narrow optimum. Fixed 128x128 tiles, as before, gave 0.911 on vTrain. The large tiles also
 # slow Korthikanti's tp-8 layers (Table 4); ``gemm`` stays at 0.78 once the unfused
 # softmax's HBM passes follow Megatron's kernels (model.py). Per-(hidden, tp, micro-batch)
-# residuals on vTrain stay at -30..+22% with ~1% spread inside each cell: kernel choices at
-# particular shapes that only a measured GEMM table of the A100 would capture.
+# residuals on vTrain stay at -32..+22% with ~1% spread inside each cell at tp >= 2 (2-8% at
+# tp = 1): kernel choices at particular shapes that only a measured GEMM table of the A100
+# would capture.
 #
 # ``gemm_misaligned``: a GEMM whose N or K is not a multiple of 16 bytes (an attention head
 # dimension such as 108 or 150) leaves cuBLAS's fast Tensor Core kernels: before cuBLAS 11 it
@@ -167,8 +168,8 @@ class FrameworkCosts:
     ~3.0-3.2 ms at tp = 1, i.e. ~0.78 ms per pass plus ~45 us per TP collective call), its
     element-wise traffic on BLOOM and vTrain, FSDP's on llm-foundry's short-sequence
     runs (where attention is small). Megatron-LM needs none: with its backward TP overlap
-    (``async_tp_grad``) Korthikanti et al.'s Table 4 layers are within 1.3% and Table 5's
-    iterations within 4.3% with the kernel model alone.
+    (``async_tp_grad``) Korthikanti et al.'s Table 4 layers are within 2.6% and Table 5's
+    iterations within 3.7% with the kernel model alone.
     """
 
     layer_pass_s: float

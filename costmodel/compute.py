@@ -111,8 +111,8 @@ def soft_max(a, b, p: float) -> np.ndarray:
     if not np.isfinite(p):
         return hi
     lo = np.minimum(a, b)
-    ratio = np.divide(lo, hi, out=np.zeros(np.broadcast(lo, hi).shape), where=hi > 0)
-    ratio = np.where(np.isfinite(hi), ratio, 0.0)
+    ratio = np.divide(lo, hi, out=np.zeros(np.broadcast(lo, hi).shape),
+                      where=(hi > 0) & np.isfinite(hi))
     return hi * (1.0 + ratio ** p) ** (1.0 / p)
 
 

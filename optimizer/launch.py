@@ -721,7 +721,8 @@ def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     ``max(40M, 1M x dp)`` elements (one bucket without ``overlap_grad_reduce``), DeepSpeed
     ``reduce_bucket_size = h x h`` (500M elements without ZeRO; its BF16_Optimizer, bf16 or fp8
     weights at ZeRO 0/1, all-reduces 500M-element buffers and then all-gathers the updated
-    parameters in ``allgather_bucket_size`` = 500M-element buckets), FSDP one transformer layer
+    parameters, the stage's partition in one call as the cost model scores it: DeepSpeed's
+    all_gather_into_tensor path ignores ``allgather_bucket_size``), FSDP one transformer layer
     (PyTorch DDP's 25 MiB without ZeRO), ZeRO-3 one layer; a bucket never exceeds the stage's
     gradients. Tied embeddings with ``pp > 1``: the embedding-gradient all-reduce between the
     first and last stage. Pipeline send/recv is not in NCCL's table and has no line.
@@ -767,8 +768,8 @@ def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
             grad_el = param_el = layer
             src = "one layer (FSDP unit)"
         elif bf16_opt:
-            grad_el = param_el = 5e8
-            src = "DeepSpeed BF16_Optimizer buffer"
+            grad_el, param_el = 5e8, psi
+            src = "DeepSpeed BF16_Optimizer"
         elif fw == "deepspeed":
             grad_el = param_el = h * h if z >= 1 else 5e8
             src = "DeepSpeed reduce_bucket_size" if z >= 1 else "DeepSpeed allreduce bucket"
