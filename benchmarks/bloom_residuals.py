@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -34,14 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from costmodel.schedule import stage_layers  # noqa: E402
 from optimizer.validate import (  # noqa: E402
-    MIN_SWEEP,
     _score_group,
     collect_runs,
+    group_sweeps,
     load_data,
     predict,
     resolve_data_dir,
     spearman,
-    sweep_key,
 )
 
 BLOOM = "bloom_prequel_config_sweep"
@@ -97,16 +95,12 @@ def main(argv: list[str] | None = None) -> int:
                  {"gpu": gpu, "tp_comm": tpc, "layer_passes": lp}):
         print("    " + fit(y, p, cols))
 
-    sweeps: dict[tuple, list] = defaultdict(list)
-    for r in runs:
-        sweeps[sweep_key(r)].append(r)
+    sweeps = group_sweeps(runs)
     print("\nadding c x layer_passes to BLOOM's pipelined runs (tp > 1):")
     for c_ms in (0.0, 5.0, 10.0, 15.0):
         extra = {r.id: c_ms * 1e-3 * layer_passes(r) for r in bloom if r.parallel.tp > 1}
         rho_all, rho_bloom = [], []
         for rs in sweeps.values():
-            if len(rs) < MIN_SWEEP:
-                continue
             measured = [r.step_time_s for r in rs]
             model = [pred[r.id].step_time_s + extra.get(r.id, 0.0) for r in rs]
             if len(set(measured)) < 2 or len(set(model)) < 2:

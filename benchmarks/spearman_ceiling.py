@@ -68,10 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     bloom_sd, bloom_dof = repeat_noise(runs, "bloom")
     print(f"BLOOM repeated layouts: log-sd {bloom_sd:.3f} ({bloom_dof} degrees of freedom)")
 
-    sweeps: dict[tuple, list[V.Run]] = {}
-    for r in runs:
-        sweeps.setdefault(V.sweep_key(r), []).append(r)
-    sweeps = {k: v for k, v in sweeps.items() if len(v) >= V.MIN_SWEEP}
+    sweeps = V.group_sweeps(runs)
 
     pred, _ = V.predict(runs)
     model_rho: dict[str, list[float]] = {}

@@ -27,16 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from optimizer.validate import (  # noqa: E402
-    MIN_SWEEP,
-    VTRAIN_SINGLE_GROUP,
-    collect_runs,
-    load_data,
-    predict,
-    resolve_data_dir,
-    spearman,
-    sweep_key,
-)
+from optimizer import validate as V  # noqa: E402
 
 
 def cell(r) -> tuple[int, int, int]:
@@ -44,11 +35,8 @@ def cell(r) -> tuple[int, int, int]:
 
 
 def mean_spearman(runs, time_of) -> float:
-    sweeps = defaultdict(list)
-    for r in runs:
-        sweeps[sweep_key(r)].append(r)
-    rhos = [spearman([time_of(r) for r in rs], [r.step_time_s for r in rs])
-            for rs in sweeps.values() if len(rs) >= MIN_SWEEP]
+    rhos = [V.spearman([time_of(r) for r in rs], [r.step_time_s for r in rs])
+            for rs in V.group_sweeps(runs).values()]
     return float(np.nanmean(rhos))
 
 
@@ -56,10 +44,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=None, help="validation data folder")
     args = ap.parse_args(argv)
-    entries, rows = load_data(resolve_data_dir(args.data))
-    col = collect_runs(entries, rows)
-    pred, _ = predict(col.runs)
-    runs = [r for r in col.runs if r.group == VTRAIN_SINGLE_GROUP
+    entries, rows = V.load_data(V.resolve_data_dir(args.data))
+    col = V.collect_runs(entries, rows)
+    pred, _ = V.predict(col.runs)
+    runs = [r for r in col.runs if r.group == V.VTRAIN_SINGLE_GROUP
             and r.step_time_s is not None and r.id in pred]
 
     def predicted(r) -> float:

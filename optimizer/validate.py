@@ -855,6 +855,14 @@ def sweep_key(r: Run) -> tuple:
             r.num_gpus, r.training.global_batch_size)
 
 
+def group_sweeps(runs: Iterable[Run]) -> dict[tuple, list[Run]]:
+    """The runs by :func:`sweep_key`, keeping the sweeps of at least ``MIN_SWEEP`` runs."""
+    sweeps: dict[tuple, list[Run]] = {}
+    for r in runs:
+        sweeps.setdefault(sweep_key(r), []).append(r)
+    return {k: rs for k, rs in sweeps.items() if len(rs) >= MIN_SWEEP}
+
+
 def _sweep_name(key: tuple) -> str:
     g, gpu, L, h, a, kv, f, V, s, n, B = key
     return f"{g}: {gpu} L{L} h{h} a{a} s{s} gpus{n} gbs{B}"
@@ -1027,13 +1035,8 @@ def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool
     for row in run_rows:
         by_group.setdefault(row["group"], []).append(row)
 
-    sweeps: dict[tuple, list[Run]] = {}
-    for r in step_runs:
-        sweeps.setdefault(sweep_key(r), []).append(r)
     sweep_rows = []
-    for key, rs in sweeps.items():
-        if len(rs) < MIN_SWEEP:
-            continue
+    for key, rs in group_sweeps(step_runs).items():
         rho = spearman([pred[r.id].step_time_s for r in rs], [r.step_time_s for r in rs])
         p_avg, m_avg = replicates_averaged(rs, pred)
         rho_avg = spearman(p_avg, m_avg) if len(p_avg) >= MIN_SWEEP else float("nan")
