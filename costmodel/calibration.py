@@ -257,11 +257,17 @@ class FrameworkCosts:
     # fp8 training keeps Transformer Engine's fp8 weight copies (and transposes) across a
     # step's micro-batches: Megatron-Core passes is_first_microbatch to its TE layers
     fp8_weight_cache: bool = False
+    # the unfused attention softmax is Megatron's fused scale-mask-softmax kernel, with its
+    # PyTorch fp32 fallback for shapes the kernel does not take (model.softmax_falls_back):
+    # Megatron-LM and Megatron-DeepSpeed; FSDP stacks run their own attention (llm-foundry:
+    # flash or Triton kernels), charged the fused kernel's passes
+    megatron_softmax: bool = False
 
 
 FRAMEWORKS: dict[str, FrameworkCosts] = {
     "megatron": FrameworkCosts(layer_pass_s=0.0, async_tp_grad=True, fp16_grad_copy=True,
-                               recompute_fused_attention=True, fp8_weight_cache=True),
+                               recompute_fused_attention=True, fp8_weight_cache=True,
+                               megatron_softmax=True),
     # layer_pass_s + collective_host_s: vTrain's small layers take ~3.4 ms per layer and
     # micro-batch at tp > 1 (4 passes x 0.7825 ms + 6 collectives x 45 us) and ~3.0-3.2 ms at
     # tp = 1 (per-layout fits over the 12-24-layer variants: tp=1 2.95-3.2, tp=2 3.32-3.42 ms,
@@ -279,7 +285,8 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
                                 engine_buffer_bytes=2 * 5e8 * 2, bf16_fp32_grads=True,
                                 zero_grad16=True, autograd_grads=True,
                                 loss_bytes_per_logit=58.0, grad_accum_bytes=6.0,
-                                grad_comm_bytes=2.0, serial_p2p=True),
+                                grad_comm_bytes=2.0, serial_p2p=True,
+                                megatron_softmax=True),
     # PyTorch FSDP as llm-foundry runs it (the data it is fitted on): unfused element-wise ops,
     # flash-attn's fused cross entropy (a plain torch cross entropy on fp32 logits, as in
     # torchtitan, holds 2 + 4 + 4 bytes per logit instead)

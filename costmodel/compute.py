@@ -101,6 +101,32 @@ def gemm_time_s(m, n, k, *, peak_flops_per_s, mem_bandwidth_bytes_per_s, elem_by
     return np.maximum(t_compute, t_memory) + eff.kernel_overhead_s
 
 
+def fused_softmax_available(attn_batches, seq_length: int, *, causal: bool) -> np.ndarray:
+    """Whether Megatron's fused scale-mask-softmax CUDA kernel runs for these shapes.
+
+    ``attn_batches`` = micro-batch x attention heads per TP rank. Megatron-LM's
+    ``FusedScaleMaskSoftmax.is_kernel_available`` (megatron/model/fused_softmax.py, and the
+    same test in Megatron-DeepSpeed and Megatron-Core) takes the kernel only when
+    16 < s <= 16384, s is a multiple of 4, the attention batches are a multiple of 4 and, for a
+    causal mask, a multiple of the kernel's batches per block (``get_batch_per_block``: a block
+    of 128 threads, one warp of min(32, next power of two of s) threads per row and two rows
+    per warp when that power is <= 128); otherwise it falls back to PyTorch
+    (``forward_torch_softmax``). Padding masks test s against the batches per block instead;
+    only the causal test is modelled here (``causal`` False uses the common conditions)."""
+    ab = np.asarray(attn_batches, dtype=float)
+    s = int(seq_length)
+    ok = (16 < s <= 16384) and s % 4 == 0
+    if not ok:
+        return np.zeros(ab.shape, dtype=bool)
+    pow2 = 1 << (s - 1).bit_length()
+    warp = min(pow2, 32)
+    per_block = (128 // warp) * (2 if pow2 <= 128 else 1)
+    avail = np.mod(ab, 4.0) == 0
+    if causal:
+        avail &= np.mod(ab, float(per_block)) == 0
+    return avail
+
+
 def soft_max(a, b, p: float) -> np.ndarray:
     """``(a^p + b^p)^(1/p)``: the larger of two overlapped times, plus what the overlap loses
     near the crossover; ``p = inf`` is the plain maximum. Written as ``hi (1 + (lo/hi)^p)^(1/p)``

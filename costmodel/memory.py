@@ -46,7 +46,7 @@ def model_state_bytes(params, param_bytes, grad_bytes, optimizer_bytes, zero_sta
 
 def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, sp, recompute,
                            *, flash_attention: bool, dropout: bool, act_bytes=2.0, fp8=False,
-                           core_recomputed=None) -> np.ndarray:
+                           core_recomputed=None, softmax_fp32_saved=False) -> np.ndarray:
     """Activation bytes one layer stores for one micro-batch on one TP rank.
 
     Korthikanti et al. eq. 1 with 16-bit activations: outside the TP regions 10*sbh (layer-norm
@@ -67,6 +67,10 @@ def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, s
     ``core_recomputed``: whether selective recompute really checkpoints the attention core
     (default: wherever ``recompute`` is selective; legacy Megatron checkpoints only an
     unfused core, see ``FrameworkCosts.recompute_fused_attention``).
+
+    ``softmax_fp32_saved``: the unfused softmax runs Megatron's PyTorch fp32 fallback
+    (``model.softmax_falls_back``), whose softmax keeps its fp32 output for the backward: 4
+    bytes per score on top of the 16-bit probabilities the next op keeps.
     """
     b = np.asarray(micro_batch, dtype=float)
     t = np.asarray(tp, dtype=float)
@@ -91,7 +95,8 @@ def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, s
         # output is the out-proj input; softmax statistics: fp32 per row and head
         core = 4.0 * a * s * b * np.ones_like(b)
     else:
-        core = (5.0 if dropout else 2.0) * a * s * s * b * np.ones_like(b)
+        core = ((5.0 if dropout else 2.0) * a * s * s * b * np.ones_like(b)
+                + np.where(softmax_fp32_saved, 4.0 * a * s * s * b / e, 0.0))  # fp32 bytes
     core = np.where(recomputed, 0.0, core)
     inside = qkv + out_proj_in + mlp + core
     per_layer = outside / np.where(sp, t, 1.0) + inside / t

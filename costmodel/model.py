@@ -27,6 +27,7 @@ from costmodel.calibration import FRAMEWORKS, Efficiency, efficiency_for
 from costmodel.compute import (
     ACT_BYTES,
     GEMM_BYTES,
+    fused_softmax_available,
     gemm_time_s,
     layer_forward_flops,
     memory_op_time_s,
@@ -263,6 +264,27 @@ class _Collectives:
         return out[self.inv]
 
 
+# HBM bytes per attention score of Megatron's PyTorch softmax fallback (forward_torch_softmax
+# with softmax in fp32, which apply_query_key_layer_scaling forces and Megatron-DeepSpeed
+# enables by default), forward and backward: cast to fp32 (read 2, write 4), scale (4 + 4),
+# in-place mask fill (4 + 4), softmax (4 + 4), cast back (4 + 2) = 36; backward through the
+# casts (2 + 4, 4 + 2), softmax (read output and gradient 8, write 4), mask fill and scale
+# (4 + 4 each) = 40. The fused kernel moves 3-4 (part + 1 and 2 part + 1 16-bit passes).
+SOFTMAX_FALLBACK_BYTES = (36.0, 40.0)
+
+
+def softmax_falls_back(fw, model: ModelSpec, training: TrainingSpec, prec, attn_batches):
+    """Whether a layer's unfused attention softmax leaves Megatron's fused kernel for the
+    PyTorch fp32 path (``compute.fused_softmax_available``): only frameworks built on
+    Megatron's kernels (``FrameworkCosts.megatron_softmax``), 16-bit or fp8 training (fp32
+    never takes the kernel and is charged its fp32 passes as before) and no flash attention."""
+    if training.flash_attention or not fw.megatron_softmax:
+        return np.zeros(np.shape(attn_batches), dtype=bool)
+    sixteen = np.asarray(prec) != PRECISIONS.index("fp32")
+    avail = fused_softmax_available(attn_batches, training.seq_length, causal=model.causal)
+    return sixteen & ~avail
+
+
 LAYER_TERMS = ("layer_f", "layer_b", "layer_rc", "layer_tp", "layer_host", "emb_t", "head_t",
                "per_layer_act", "full_layer_act", "layer_accum", "emb_accum", "head_accum")
 
@@ -326,6 +348,7 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     t_fc2 = gemm(tokens, h, f / t)
     t_gemm_f = t_qkv + t_proj + t_fc1 + t_fc2
     lf = layer_forward_flops(model, training.seq_length, b, t)
+    fallback = softmax_falls_back(fw, model, training, prec, b * a / t)
     if training.flash_attention:
         # causal fused attention does half of the square (Dao et al. 2022); the kernels are
         # built for head dimensions in steps of 32 (FlashAttention-2: 32..256), so others run
@@ -354,10 +377,18 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
         # writes the gradient.
         part = 0.5 if model.causal else 1.0
         drop = training.dropout
-        sm_f = memop((part + 1.0 + (2.5 if drop else 0.0)) * heads_local * s * s * ea,
-                     2.0 if drop else 1.0)
-        sm_b = memop((2.0 * part + 1.0 + (2.5 if drop else 0.0)) * heads_local * s * s * ea,
-                     2.0 if drop else 1.0)
+        scores = heads_local * s * s
+        dropout_bytes = (2.5 * ea * scores) if drop else 0.0
+        sm_f = memop((part + 1.0) * scores * ea + dropout_bytes, 2.0 if drop else 1.0)
+        sm_b = memop((2.0 * part + 1.0) * scores * ea + dropout_bytes, 2.0 if drop else 1.0)
+        # where the fused kernel does not apply (attention batches b x a/t not a multiple of
+        # 4, ...) Megatron runs the softmax in PyTorch, in fp32: five kernels each way
+        # (SOFTMAX_FALLBACK_BYTES per score), the same dropout after it
+        kernels = 5.0 + (1.0 if drop else 0.0)
+        sm_f = np.where(fallback, memop(SOFTMAX_FALLBACK_BYTES[0] * scores + dropout_bytes,
+                                        kernels), sm_f)
+        sm_b = np.where(fallback, memop(SOFTMAX_FALLBACK_BYTES[1] * scores + dropout_bytes,
+                                        kernels), sm_b)
         t_attn_f = score_gemm + ctx_gemm + sm_f
         t_attn_b = 2.0 * (score_gemm + ctx_gemm) + sm_b
         t_attn_recompute = t_attn_f
@@ -492,11 +523,13 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     per_layer_act = layer_activation_bytes(model, training.seq_length, b, t, sp, rc,
                                            flash_attention=training.flash_attention,
                                            dropout=training.dropout, act_bytes=ea, fp8=fp8,
-                                           core_recomputed=core_recomputed)
+                                           core_recomputed=core_recomputed,
+                                           softmax_fp32_saved=fallback)
     full_layer_act = layer_activation_bytes(model, training.seq_length, b, t, sp,
                                             np.zeros_like(rc),
                                             flash_attention=training.flash_attention,
-                                            dropout=training.dropout, act_bytes=ea, fp8=fp8)
+                                            dropout=training.dropout, act_bytes=ea, fp8=fp8,
+                                            softmax_fp32_saved=fallback)
     out = locals()
     return {k: np.broadcast_to(out[k], t.shape) for k in LAYER_TERMS}
 

@@ -363,6 +363,72 @@ def test_unfused_softmax_reads_half_the_scores_when_causal():
                                     rel=1e-6)
 
 
+@pytest.mark.parametrize("attn_batches, s, causal, expected", [
+    (4, 2048, True, True), (8, 2048, True, True), (2, 2048, True, False),  # b x a/t % 4
+    (6, 2048, True, False), (6, 2048, False, False),
+    (4, 2050, True, False),   # s not a multiple of 4
+    (4, 16, True, False), (4, 32768, True, False),  # outside 16 < s <= 16384
+    (4, 128, True, False), (8, 128, True, True),  # s <= 128: 2 rows per warp, 8 per block
+    (4, 128, False, True),  # a padding mask tests s against the block instead (not modelled)
+])
+def test_fused_softmax_kernel_conditions(attn_batches, s, causal, expected):
+    # Megatron's FusedScaleMaskSoftmax.is_kernel_available for a causal mask
+    from costmodel.compute import fused_softmax_available
+
+    assert bool(fused_softmax_available(np.array([attn_batches]), s, causal=causal)[0]) \
+        is expected
+
+
+def test_softmax_fallback_costs_fp32_passes_and_keeps_fp32_probabilities():
+    # tp 8 with 16 heads and micro-batch 1 leaves 2 attention batches per rank: Megatron falls
+    # back to the PyTorch fp32 softmax (36 + 40 bytes per score instead of 3 + 4 for the
+    # fused causal kernel, five kernels each way), and the softmax keeps its fp32 output
+    from costmodel import model as M
+    from costmodel.batch import ConfigBatch
+    from costmodel.calibration import FRAMEWORKS, efficiency_for
+    from costmodel.hardware import default_cluster
+    from costmodel.memory import layer_activation_bytes
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    cluster = default_cluster(8)
+    eff = efficiency_for(cluster.gpu.compute_capability)
+    s, a, h = 2048, 16, 2048
+    model = ModelSpec(name="m", num_layers=2, hidden_size=h, num_attention_heads=a,
+                      ffn_hidden_size=4 * h, vocab_size=51200)
+    training = TrainingSpec(seq_length=s, global_batch_size=8, flash_attention=False,
+                            dropout=False)
+    pars = [ParallelConfig(tp=8, pp=1, dp=1, micro_batch_size=b, precision="fp16",
+                           recompute="none") for b in (1, 2)]
+    batch = ConfigBatch.from_configs(pars)
+    geo, layout = M._geometry(cluster, batch.tp, batch.pp, batch.dp)
+
+    def terms(fw):
+        return M._layer_terms(model, training, eff, fw, cluster.gpu,
+                              M._Collectives(M._system(cluster), batch, layout), batch,
+                              geo["tp_nodes"])
+
+    mega, fsdp = terms(FRAMEWORKS["megatron"]), terms(FRAMEWORKS["fsdp"])
+    bw = eff.memory * cluster.gpu.memory_bandwidth_bytes_per_s
+    scores = 1 * a / 8 * s * s  # micro-batch 1
+    extra_f = (36.0 - 3.0) * scores / bw + 4 * eff.kernel_overhead_s
+    extra_b = (40.0 - 4.0) * scores / bw + 4 * eff.kernel_overhead_s
+    # micro-batch 1 falls back under Megatron only (FSDP does not run Megatron's kernel);
+    # the element-wise traffic differs between the frameworks, so compare the differences
+    df = float(mega["layer_f"][0] - fsdp["layer_f"][0])
+    df2 = float(mega["layer_f"][1] - fsdp["layer_f"][1])  # micro-batch 2: the kernel runs
+    assert df - df2 / 2.0 == pytest.approx(extra_f, rel=1e-6)
+    db = float(mega["layer_b"][0] - fsdp["layer_b"][0])
+    db2 = float(mega["layer_b"][1] - fsdp["layer_b"][1])
+    assert db - db2 / 2.0 == pytest.approx(extra_b, rel=1e-6)
+    # memory: 4 bytes more per score of the micro-batch-1 layer, none at micro-batch 2
+    act = mega["per_layer_act"]
+    plain = layer_activation_bytes(model, s, np.array([1.0, 2.0]), np.array([8.0, 8.0]),
+                                   False, np.array([0, 0]), flash_attention=False,
+                                   dropout=False)
+    assert float(act[0] - plain[0]) == pytest.approx(4.0 * scores, rel=1e-9)
+    assert float(act[1]) == pytest.approx(float(plain[1]), rel=1e-12)
+
+
 def test_rules_reject_uneven_ffn_and_unaligned_fp8():
     from costmodel.batch import ConfigBatch
     from costmodel.hardware import default_cluster
