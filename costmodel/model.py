@@ -74,7 +74,8 @@ class Scores:
     tokens_per_s: np.ndarray
     samples_per_s: np.ndarray
     mfu: np.ndarray
-    peak_memory_bytes: np.ndarray
+    peak_memory_bytes: np.ndarray  # what must fit: the larger of the backward and the step
+    observed_memory_bytes: np.ndarray  # nvidia-smi's maximum: the step's copy on the cache
     time_breakdown_s: dict[str, np.ndarray]
     memory_breakdown_bytes: dict[str, np.ndarray]
     microbatches: np.ndarray
@@ -762,7 +763,9 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     cache = np.where((prec == PRECISIONS.index("fp8")) & fw.fp8_weight_cache & (z < 3),
                      FP8_WEIGHT_CACHE_BYTES * layer_params / t, 0.0)
     w1, w2, w3 = w1 + n_first * cache, w2 + n_last * cache, w3 + n_mid * cache
-    g1, g2, g3 = g1 + psi_first * g_part, g2 + psi_last * g_part, g3 + psi_mid * g_part
+    # the fp32 copy of the (local partition of the) 16-bit gradients exists only in the
+    # optimizer step, after the backward has freed the activations (below)
+    c1, c2, c3 = psi_first * g_part, psi_last * g_part, psi_mid * g_part
     zbuf = np.where(z >= 3, 2.0 * layer_params / t * pb, 0.0)
     # What the caching allocator reserves on each stage. Of what is allocated and freed
     # within a step (activations, logits, engine buckets and, where autograd allocates them
@@ -774,12 +777,24 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     step_grad = np.where(fw.autograd_grads, pb, 0.0) / np.where(z >= 2, d, 1.0)
     keep = eff.allocator_fraction / (1.0 - eff.allocator_fraction)
     logits_first = np.where(single, logits, 0.0)
-    res_first = (act_first + logits_first + engine + step_grad * psi_first) * keep
-    res_last = (act_last + logits + engine + step_grad * psi_last) * keep
-    res_mid = (act_mid + engine + step_grad * psi_mid) * keep
-    mem_first = w1 + g1 + o1 + act_first + logits_first + res_first
-    mem_last = w2 + g2 + o2 + act_last + logits + res_last
-    mem_mid = w3 + g3 + o3 + act_mid + res_mid
+    # Two phases per stage. The backward's peak holds the activations (and logits) with their
+    # share of fragmented reserve; the optimizer step holds the fp32 gradient copy (c) once
+    # they are freed, with only the engine's and autograd's gradients' reserve left.
+    kept_first = (engine + step_grad * psi_first) * keep
+    kept_last = (engine + step_grad * psi_last) * keep
+    kept_mid = (engine + step_grad * psi_mid) * keep
+    res_first = (act_first + logits_first) * keep + kept_first
+    res_last = (act_last + logits) * keep + kept_last
+    res_mid = act_mid * keep + kept_mid
+    state_first, state_last, state_mid = w1 + g1 + o1, w2 + g2 + o2, w3 + g3 + o3
+    bwd_first = state_first + act_first + logits_first + res_first
+    bwd_last = state_last + act_last + logits + res_last
+    bwd_mid = state_mid + act_mid + res_mid
+    opt_first, opt_last, opt_mid = (state_first + c1 + kept_first, state_last + c2 + kept_last,
+                                    state_mid + c3 + kept_mid)
+    mem_first = np.maximum(bwd_first, opt_first)
+    mem_last = np.maximum(bwd_last, opt_last)
+    mem_mid = np.maximum(bwd_mid, opt_mid)
     # a middle stage only where it holds strictly more than the first and the last
     use_mid = has_mid & (mem_mid > np.maximum(mem_first, mem_last))
     use_last = ~single & ~use_mid & (mem_last > mem_first)
@@ -787,19 +802,25 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     def pick(x1, x2, x3):
         return np.where(use_mid, x3, np.where(use_last, x2, x1))
 
-    reserve = pick(res_first, res_last, res_mid)
-    peak_mem = (pick(mem_first, mem_last, mem_mid) + engine + geo["nccl_buffers"]
-                + eff.cuda_context_bytes)
-    act_peak = pick(act_first, act_last, act_mid)
+    fixed = engine + geo["nccl_buffers"] + eff.cuda_context_bytes
+    peak_mem = pick(mem_first, mem_last, mem_mid) + fixed
+    in_step = pick(opt_first > bwd_first, opt_last > bwd_last, opt_mid > bwd_mid)
+    in_bwd = ~in_step
+    # What nvidia-smi's maximum shows: PyTorch's caching allocator keeps the backward's freed
+    # blocks reserved and takes new ones for the step's copy, so the two add up there (the
+    # allocator would release the cached blocks rather than fail: it is not what must fit).
+    observed = np.maximum(np.maximum(bwd_first + c1, np.where(single, 0.0, bwd_last + c2)),
+                          np.where(has_mid, bwd_mid + c3, 0.0)) + fixed
     memory = {
         "weights": pick(w1, w2, w3),
-        "gradients": pick(g1, g2, g3),
+        "gradients": pick(g1, g2, g3) + np.where(in_step, pick(c1, c2, c3), 0.0),
         "optimizer_states": pick(o1, o2, o3),
-        "activations": act_peak,
-        "logits": pick(logits_first, logits, 0.0),
+        "activations": np.where(in_bwd, pick(act_first, act_last, act_mid), 0.0),
+        "logits": np.where(in_bwd, pick(logits_first, logits, 0.0), 0.0),
         "communication_buffers": geo["nccl_buffers"] + engine,
         "cuda_context": np.full_like(t, eff.cuda_context_bytes),
-        "allocator_reserve": reserve,
+        "allocator_reserve": np.where(in_bwd, pick(res_first, res_last, res_mid),
+                                      pick(kept_first, kept_last, kept_mid)),
     }
 
     # ---- results -------------------------------------------------------------------------------
@@ -832,6 +853,7 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
             samples_per_s=B / step,
             mfu=flops / (step * n_gpus * peak),
             peak_memory_bytes=peak_mem,
+            observed_memory_bytes=observed,
             time_breakdown_s=times,
             memory_breakdown_bytes=memory,
             microbatches=m,

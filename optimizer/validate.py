@@ -737,7 +737,8 @@ def collect_runs(entries: Iterable[Mapping[str, Any]], vtrain_rows: Iterable[Map
 @dataclass(frozen=True)
 class Predicted:
     step_time_s: float
-    peak_memory_bytes: float
+    peak_memory_bytes: float  # what must fit (OOM checks)
+    observed_memory_bytes: float  # nvidia-smi's maximum (compared with measured memory)
     per_layer_s: float | None = None
 
 
@@ -778,7 +779,8 @@ def predict(runs: Sequence[Run]) -> tuple[dict[str, Predicted], list[dict]]:
                                    "reason": f"{type(e).__name__}: {e}"})
         for rr, sc in batches:
             for i, r in enumerate(rr):
-                out[r.id] = Predicted(float(sc.step_time_s[i]), float(sc.peak_memory_bytes[i]))
+                out[r.id] = Predicted(float(sc.step_time_s[i]), float(sc.peak_memory_bytes[i]),
+                                      float(sc.observed_memory_bytes[i]))
     # Korthikanti Table 4: one layer = difference between L and L - pp layers (one layer less
     # on every pipeline stage, so the heaviest stage's ceil(L/pp) drops by exactly one)
     for r in runs:
@@ -1081,9 +1083,9 @@ def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool
         if r.memory_bytes is not None:
             mem_rows.append({"id": r.id, "group": r.group,
                              "measured_GiB": r.memory_bytes / 2**30,
-                             "predicted_GiB": p.peak_memory_bytes / 2**30,
-                             "ape": ape(p.peak_memory_bytes, r.memory_bytes),
-                             "signed_error": (p.peak_memory_bytes - r.memory_bytes)
+                             "predicted_GiB": p.observed_memory_bytes / 2**30,
+                             "ape": ape(p.observed_memory_bytes, r.memory_bytes),
+                             "signed_error": (p.observed_memory_bytes - r.memory_bytes)
                              / r.memory_bytes})
         if r.oom:
             oom_rows.append({"id": r.id, "group": r.group,

@@ -737,15 +737,17 @@ def test_unrunnable_collective_scores_inf_without_warnings(framework, sp, pp):
 
 # ---- framework optimizer states, NCCL buffers, allocator reserve ---------------------------
 def _states_per_param(framework: str, precision: str, zero: int, dp: int = 8):
-    """(gradient, optimizer) bytes per local parameter on the peak stage of a pp=1 run."""
+    """(gradient, optimizer) bytes per local parameter on the peak stage of a pp=1 run whose
+    activations are negligible (64 tokens), so that the optimizer step is the peak and the
+    step's fp32 gradient copy is counted with the gradients."""
     from costmodel.batch import ConfigBatch
     from costmodel.hardware import default_cluster
     from costmodel.model import score
     from costmodel.specs import ParallelConfig, TrainingSpec
 
     model = ModelSpec(name="m", num_layers=4, hidden_size=4096, num_attention_heads=32,
-                      ffn_hidden_size=16384, vocab_size=50000)
-    training = TrainingSpec(seq_length=2048, global_batch_size=dp, framework=framework)
+                      ffn_hidden_size=16384, vocab_size=512)
+    training = TrainingSpec(seq_length=64, global_batch_size=dp, framework=framework)
     par = ParallelConfig(tp=1, pp=1, dp=dp, micro_batch_size=1, precision=precision,
                          recompute="full", zero_stage=zero)
     sc = score(model, default_cluster(dp), training, ConfigBatch.from_configs([par]))
@@ -776,6 +778,31 @@ def test_optimizer_states_follow_the_framework(framework, precision, zero, grads
     g, o = _states_per_param(framework, precision, zero)
     assert g == pytest.approx(grads, rel=1e-9)
     assert o == pytest.approx(optim, rel=1e-9)
+
+
+def test_step_gradient_copy_is_not_held_with_the_activations():
+    # DeepSpeed fp16 at ZeRO 0 (FP16_Optimizer) copies the fp16 gradients to fp32 (4 bytes per
+    # parameter) only in the optimizer step, after the backward has freed the activations:
+    # what must fit is the larger of the two phases; nvidia-smi's maximum, with the caching
+    # allocator still holding the backward's blocks, shows both
+    from costmodel.specs import ParallelConfig
+
+    model = ModelSpec(name="m", num_layers=4, hidden_size=4096, num_attention_heads=32,
+                      ffn_hidden_size=16384, vocab_size=512)
+    psi = 4 * model.params_per_layer + 2 * 512 * 4096 + 2 * 4096
+    par = ParallelConfig(tp=1, pp=1, dp=1, micro_batch_size=8, precision="fp16",
+                         recompute="none", zero_stage=0)
+    big = _score_one(model, par, 1, seq=4096, gbs=8, framework="deepspeed")
+    mem = {k: float(v[0]) for k, v in big.memory_breakdown_bytes.items()}
+    assert mem["activations"] > 4.0 * psi  # the backward is the peak
+    assert mem["gradients"] == pytest.approx(2.0 * psi, rel=1e-3)  # no fp32 copy in it
+    assert big.observed_memory_bytes[0] == pytest.approx(
+        big.peak_memory_bytes[0] + 4.0 * psi, rel=1e-3)
+    small = _score_one(model, par, 1, seq=64, gbs=8, framework="deepspeed")
+    mem = {k: float(v[0]) for k, v in small.memory_breakdown_bytes.items()}
+    assert mem["activations"] == 0.0 and mem["logits"] == 0.0  # the step is the peak
+    assert mem["gradients"] == pytest.approx(6.0 * psi, rel=1e-3)
+    assert small.peak_memory_bytes[0] <= small.observed_memory_bytes[0]
 
 
 def test_deepspeed_fp16_zero1_is_four_plus_sixteen_over_d():
@@ -1006,16 +1033,18 @@ def test_fsdp_full_shard_keeps_only_the_fp32_shard():
     d = 8
     par = ParallelConfig(tp=1, pp=1, dp=d, micro_batch_size=1, precision="bf16",
                          recompute="full", zero_stage=3)
-    states = {}
+    states, weights = {}, {}
     for fw in ("fsdp", "deepspeed"):
         mem = _fw_score(fw, par, gbs=d).memory_breakdown_bytes
         states[fw] = sum(mem[k][0] for k in ("weights", "gradients", "optimizer_states"))
+        weights[fw] = mem["weights"][0]
     model = ModelSpec(name="m", num_layers=8, hidden_size=4096, num_attention_heads=32,
                       ffn_hidden_size=16384, vocab_size=128000)
     psi = (8 * model.params_per_layer + 2 * float(padded_vocab(128000, np.asarray(1))) * 4096
            + 2 * 4096)  # layers, untied embedding + head, final norm
     assert states["fsdp"] == pytest.approx(16.0 * psi / d, rel=1e-3)
-    assert states["deepspeed"] > states["fsdp"]
+    assert weights["fsdp"] == 0.0
+    assert weights["deepspeed"] == pytest.approx(2.0 * psi / d, rel=1e-3)
 
 
 def test_deepspeed_bf16_optimizer_shards_at_zero0_as_at_zero1():

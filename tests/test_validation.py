@@ -489,7 +489,7 @@ def test_replicates_averaged_merges_repeated_measurements_of_one_configuration()
             NS(id="2", parallel=b, training=tr, step_time_s=3.0),
             NS(id="3", parallel=b, training=tr, step_time_s=1.4),  # a noisy repeat of b
             NS(id="4", parallel=c, training=tr, step_time_s=2.5)]
-    pred = {r.id: v.Predicted(t, 0.0) for r, t in zip(runs, (1.0, 2.0, 2.0, 3.0), strict=True)}
+    pred = {r.id: v.Predicted(t, 0.0, 0.0) for r, t in zip(runs, (1.0, 2.0, 2.0, 3.0), strict=True)}
     # per run the model's tie of the two b runs costs it: 1 < 2.2 (mean of 3.0, 1.4) < 2.5
     assert v.spearman([pred[r.id].step_time_s for r in runs],
                       [r.step_time_s for r in runs]) < 0.9
