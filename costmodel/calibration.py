@@ -260,8 +260,11 @@ class FrameworkCosts:
     # the unfused attention softmax is Megatron's fused scale-mask-softmax kernel, with its
     # PyTorch fp32 fallback for shapes the kernel does not take (model.softmax_falls_back):
     # Megatron-LM and Megatron-DeepSpeed; FSDP stacks run their own attention (llm-foundry:
-    # flash or Triton kernels), charged the fused kernel's passes
+    # flash or Triton kernels), charged the fused kernel's passes. ``softmax_in_fp32``: that
+    # fallback computes in fp32 (Megatron-DeepSpeed, whose apply_query_key_layer_scaling is on
+    # by default; Megatron-LM turned both off by default in 2023)
     megatron_softmax: bool = False
+    softmax_in_fp32: bool = False
 
 
 FRAMEWORKS: dict[str, FrameworkCosts] = {
@@ -286,7 +289,7 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
                                 zero_grad16=True, autograd_grads=True,
                                 loss_bytes_per_logit=58.0, grad_accum_bytes=6.0,
                                 grad_comm_bytes=2.0, serial_p2p=True,
-                                megatron_softmax=True),
+                                megatron_softmax=True, softmax_in_fp32=True),
     # PyTorch FSDP as llm-foundry runs it (the data it is fitted on): unfused element-wise ops,
     # flash-attn's fused cross entropy (a plain torch cross entropy on fp32 logits, as in
     # torchtitan, holds 2 + 4 + 4 bytes per logit instead)

@@ -110,9 +110,10 @@ def fused_softmax_available(attn_batches, seq_length: int, *, causal: bool) -> n
     16 < s <= 16384, s is a multiple of 4, the attention batches are a multiple of 4 and, for a
     causal mask, a multiple of the kernel's batches per block (``get_batch_per_block``: a block
     of 128 threads, one warp of min(32, next power of two of s) threads per row and two rows
-    per warp when that power is <= 128); otherwise it falls back to PyTorch
-    (``forward_torch_softmax``). Padding masks test s against the batches per block instead;
-    only the causal test is modelled here (``causal`` False uses the common conditions)."""
+    per warp when that power is <= 128); a padding mask needs s to be that multiple instead.
+    Otherwise it falls back to PyTorch (``forward_torch_softmax``). The upper bound on s is
+    the current one; older kernels (Megatron 2021-22) stopped at 2048 or 4096, which is not
+    modelled."""
     ab = np.asarray(attn_batches, dtype=float)
     s = int(seq_length)
     ok = (16 < s <= 16384) and s % 4 == 0
@@ -124,6 +125,8 @@ def fused_softmax_available(attn_batches, seq_length: int, *, causal: bool) -> n
     avail = np.mod(ab, 4.0) == 0
     if causal:
         avail &= np.mod(ab, float(per_block)) == 0
+    else:
+        avail &= s % per_block == 0
     return avail
 
 

@@ -68,9 +68,11 @@ def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, s
     (default: wherever ``recompute`` is selective; legacy Megatron checkpoints only an
     unfused core, see ``FrameworkCosts.recompute_fused_attention``).
 
-    ``softmax_fp32_saved``: the unfused softmax runs Megatron's PyTorch fp32 fallback
-    (``model.softmax_falls_back``), whose softmax keeps its fp32 output for the backward: 4
-    bytes per score on top of the 16-bit probabilities the next op keeps.
+    ``softmax_fp32_saved``: the unfused softmax runs Megatron's PyTorch fallback in fp32
+    (``model.softmax_falls_back``), whose softmax keeps its fp32 output for the backward in
+    place of the fused kernel's 16-bit one: 4 bytes more per score without dropout (the
+    batched GEMM after it still keeps the 16-bit copy), 2 with dropout (which keeps only its
+    mask and output, not the 16-bit copy).
     """
     b = np.asarray(micro_batch, dtype=float)
     t = np.asarray(tp, dtype=float)
@@ -96,7 +98,8 @@ def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, s
         core = 4.0 * a * s * b * np.ones_like(b)
     else:
         core = ((5.0 if dropout else 2.0) * a * s * s * b * np.ones_like(b)
-                + np.where(softmax_fp32_saved, 4.0 * a * s * s * b / e, 0.0))  # fp32 bytes
+                + np.where(softmax_fp32_saved, (2.0 if dropout else 4.0) * a * s * s * b / e,
+                           0.0))
     core = np.where(recomputed, 0.0, core)
     inside = qkv + out_proj_in + mlp + core
     per_layer = outside / np.where(sp, t, 1.0) + inside / t

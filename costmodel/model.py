@@ -110,6 +110,7 @@ class Scores:
             "samples_per_s": float(self.samples_per_s[i]),
             "mfu": float(self.mfu[i]),
             "peak_memory_bytes": float(self.peak_memory_bytes[i]),
+            "observed_memory_bytes": float(self.observed_memory_bytes[i]),
             "microbatches_per_step": int(self.microbatches[i]),
             "bubble_share": float(self.bubble_share[i]),
             "stage_imbalance": float(self.stage_imbalance[i]),
@@ -265,20 +266,22 @@ class _Collectives:
         return out[self.inv]
 
 
-# HBM bytes per attention score of Megatron's PyTorch softmax fallback (forward_torch_softmax
-# with softmax in fp32, which apply_query_key_layer_scaling forces and Megatron-DeepSpeed
-# enables by default), forward and backward: cast to fp32 (read 2, write 4), scale (4 + 4),
-# in-place mask fill (4 + 4), softmax (4 + 4), cast back (4 + 2) = 36; backward through the
-# casts (2 + 4, 4 + 2), softmax (read output and gradient 8, write 4), mask fill and scale
-# (4 + 4 each) = 40. The fused kernel moves 3-4 (part + 1 and 2 part + 1 16-bit passes).
-SOFTMAX_FALLBACK_BYTES = (36.0, 40.0)
+# Megatron's PyTorch softmax fallback (forward_torch_softmax), per attention score: HBM bytes
+# forward and backward and kernels each way. In fp32 (apply_query_key_layer_scaling or
+# --attention-softmax-in-fp32; Megatron-DeepSpeed scales by default): cast to fp32 (read 2,
+# write 4), scale (4 + 4), in-place mask fill (4 + 4), softmax (4 + 4), cast back (4 + 2) =
+# 36; backward through the casts (2 + 4, 4 + 2), softmax (read output and gradient 8, write
+# 4), mask fill and scale (4 + 4 each) = 40. In 16 bits (Megatron-LM's defaults today, no
+# scaling): mask fill (2 + 2) and softmax (2 + 2) = 8; backward softmax (4 + 2) and mask fill
+# (2 + 2) = 10. The fused kernel moves 3-4 (part + 1 and 2 part + 1 16-bit passes).
+SOFTMAX_FALLBACK = {True: (36.0, 40.0, 5.0), False: (8.0, 10.0, 2.0)}  # by softmax_in_fp32
 
 
 def softmax_falls_back(fw, model: ModelSpec, training: TrainingSpec, prec, attn_batches):
     """Whether a layer's unfused attention softmax leaves Megatron's fused kernel for the
-    PyTorch fp32 path (``compute.fused_softmax_available``): only frameworks built on
-    Megatron's kernels (``FrameworkCosts.megatron_softmax``), 16-bit or fp8 training (fp32
-    never takes the kernel and is charged its fp32 passes as before) and no flash attention."""
+    PyTorch path (``compute.fused_softmax_available``): only frameworks built on Megatron's
+    kernels (``FrameworkCosts.megatron_softmax``), 16-bit or fp8 training (fp32 never takes the
+    kernel and is charged its fp32 passes as before) and no flash attention."""
     if training.flash_attention or not fw.megatron_softmax:
         return np.zeros(np.shape(attn_batches), dtype=bool)
     sixteen = np.asarray(prec) != PRECISIONS.index("fp32")
@@ -383,13 +386,12 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
         sm_f = memop((part + 1.0) * scores * ea + dropout_bytes, 2.0 if drop else 1.0)
         sm_b = memop((2.0 * part + 1.0) * scores * ea + dropout_bytes, 2.0 if drop else 1.0)
         # where the fused kernel does not apply (attention batches b x a/t not a multiple of
-        # 4, ...) Megatron runs the softmax in PyTorch, in fp32: five kernels each way
-        # (SOFTMAX_FALLBACK_BYTES per score), the same dropout after it
-        kernels = 5.0 + (1.0 if drop else 0.0)
-        sm_f = np.where(fallback, memop(SOFTMAX_FALLBACK_BYTES[0] * scores + dropout_bytes,
-                                        kernels), sm_f)
-        sm_b = np.where(fallback, memop(SOFTMAX_FALLBACK_BYTES[1] * scores + dropout_bytes,
-                                        kernels), sm_b)
+        # 4, ...) Megatron runs the softmax in PyTorch (SOFTMAX_FALLBACK), the same dropout
+        # after it
+        fb_f, fb_b, fb_kernels = SOFTMAX_FALLBACK[fw.softmax_in_fp32]
+        kernels = fb_kernels + (1.0 if drop else 0.0)
+        sm_f = np.where(fallback, memop(fb_f * scores + dropout_bytes, kernels), sm_f)
+        sm_b = np.where(fallback, memop(fb_b * scores + dropout_bytes, kernels), sm_b)
         t_attn_f = score_gemm + ctx_gemm + sm_f
         t_attn_b = 2.0 * (score_gemm + ctx_gemm) + sm_b
         t_attn_recompute = t_attn_f
@@ -525,12 +527,12 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
                                            flash_attention=training.flash_attention,
                                            dropout=training.dropout, act_bytes=ea, fp8=fp8,
                                            core_recomputed=core_recomputed,
-                                           softmax_fp32_saved=fallback)
+                                           softmax_fp32_saved=fallback & fw.softmax_in_fp32)
     full_layer_act = layer_activation_bytes(model, training.seq_length, b, t, sp,
                                             np.zeros_like(rc),
                                             flash_attention=training.flash_attention,
                                             dropout=training.dropout, act_bytes=ea, fp8=fp8,
-                                            softmax_fp32_saved=fallback)
+                                            softmax_fp32_saved=fallback & fw.softmax_in_fp32)
     out = locals()
     return {k: np.broadcast_to(out[k], t.shape) for k in LAYER_TERMS}
 

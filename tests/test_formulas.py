@@ -369,7 +369,7 @@ def test_unfused_softmax_reads_half_the_scores_when_causal():
     (4, 2050, True, False),   # s not a multiple of 4
     (4, 16, True, False), (4, 32768, True, False),  # outside 16 < s <= 16384
     (4, 128, True, False), (8, 128, True, True),  # s <= 128: 2 rows per warp, 8 per block
-    (4, 128, False, True),  # a padding mask tests s against the block instead (not modelled)
+    (4, 128, False, True), (4, 100, False, False),  # a padding mask needs s % 8 here
 ])
 def test_fused_softmax_kernel_conditions(attn_batches, s, causal, expected):
     # Megatron's FusedScaleMaskSoftmax.is_kernel_available for a causal mask
@@ -379,10 +379,19 @@ def test_fused_softmax_kernel_conditions(attn_batches, s, causal, expected):
         is expected
 
 
-def test_softmax_fallback_costs_fp32_passes_and_keeps_fp32_probabilities():
+@pytest.mark.parametrize(("framework", "dropout", "fwd", "bwd", "kernels", "saved"), [
+    # Megatron-LM today: no query-key layer scaling, so a 16-bit mask fill + softmax
+    ("megatron", False, 8.0, 10.0, 2, 0.0),
+    # Megatron-DeepSpeed: fp32 (casts, scale, mask fill, softmax, cast back) and the fp32
+    # probabilities kept, beside the 16-bit copy the context GEMM keeps (4 bytes) or, with
+    # dropout, in place of it (2 bytes: dropout keeps only its mask and output)
+    ("deepspeed", False, 36.0, 40.0, 5, 4.0),
+    ("deepspeed", True, 36.0, 40.0, 5, 2.0),
+])
+def test_softmax_fallback_costs(framework, dropout, fwd, bwd, kernels, saved):
     # tp 8 with 16 heads and micro-batch 1 leaves 2 attention batches per rank: Megatron falls
-    # back to the PyTorch fp32 softmax (36 + 40 bytes per score instead of 3 + 4 for the
-    # fused causal kernel, five kernels each way), and the softmax keeps its fp32 output
+    # back to the PyTorch softmax (fwd + bwd bytes per score instead of the fused causal
+    # kernel's 3 + 4, in more kernels); micro-batch 2 (4 batches) takes the kernel
     from costmodel import model as M
     from costmodel.batch import ConfigBatch
     from costmodel.calibration import FRAMEWORKS, efficiency_for
@@ -396,7 +405,7 @@ def test_softmax_fallback_costs_fp32_passes_and_keeps_fp32_probabilities():
     model = ModelSpec(name="m", num_layers=2, hidden_size=h, num_attention_heads=a,
                       ffn_hidden_size=4 * h, vocab_size=51200)
     training = TrainingSpec(seq_length=s, global_batch_size=8, flash_attention=False,
-                            dropout=False)
+                            dropout=dropout)
     pars = [ParallelConfig(tp=8, pp=1, dp=1, micro_batch_size=b, precision="fp16",
                            recompute="none") for b in (1, 2)]
     batch = ConfigBatch.from_configs(pars)
@@ -407,26 +416,46 @@ def test_softmax_fallback_costs_fp32_passes_and_keeps_fp32_probabilities():
                               M._Collectives(M._system(cluster), batch, layout), batch,
                               geo["tp_nodes"])
 
-    mega, fsdp = terms(FRAMEWORKS["megatron"]), terms(FRAMEWORKS["fsdp"])
+    mine, fsdp = terms(FRAMEWORKS[framework]), terms(FRAMEWORKS["fsdp"])
     bw = eff.memory * cluster.gpu.memory_bandwidth_bytes_per_s
     scores = 1 * a / 8 * s * s  # micro-batch 1
-    extra_f = (36.0 - 3.0) * scores / bw + 4 * eff.kernel_overhead_s
-    extra_b = (40.0 - 4.0) * scores / bw + 4 * eff.kernel_overhead_s
-    # micro-batch 1 falls back under Megatron only (FSDP does not run Megatron's kernel);
-    # the element-wise traffic differs between the frameworks, so compare the differences
-    df = float(mega["layer_f"][0] - fsdp["layer_f"][0])
-    df2 = float(mega["layer_f"][1] - fsdp["layer_f"][1])  # micro-batch 2: the kernel runs
-    assert df - df2 / 2.0 == pytest.approx(extra_f, rel=1e-6)
-    db = float(mega["layer_b"][0] - fsdp["layer_b"][0])
-    db2 = float(mega["layer_b"][1] - fsdp["layer_b"][1])
-    assert db - db2 / 2.0 == pytest.approx(extra_b, rel=1e-6)
-    # memory: 4 bytes more per score of the micro-batch-1 layer, none at micro-batch 2
-    act = mega["per_layer_act"]
+    extra_f = (fwd - 3.0) * scores / bw + (kernels - 1) * eff.kernel_overhead_s
+    extra_b = (bwd - 4.0) * scores / bw + (kernels - 1) * eff.kernel_overhead_s
+    # FSDP does not run Megatron's kernel; the frameworks' element-wise traffic differs in
+    # proportion to the micro-batch, so the micro-batch-2 difference (no fallback) removes it
+    for key, extra in (("layer_f", extra_f), ("layer_b", extra_b)):
+        d1 = float(mine[key][0] - fsdp[key][0])
+        d2 = float(mine[key][1] - fsdp[key][1])
+        assert d1 - d2 / 2.0 == pytest.approx(extra, rel=1e-6), key
+    act = mine["per_layer_act"]
     plain = layer_activation_bytes(model, s, np.array([1.0, 2.0]), np.array([8.0, 8.0]),
                                    False, np.array([0, 0]), flash_attention=False,
-                                   dropout=False)
-    assert float(act[0] - plain[0]) == pytest.approx(4.0 * scores, rel=1e-9)
+                                   dropout=dropout)
+    assert float(act[0] - plain[0]) == pytest.approx(saved * scores, abs=1.0)
     assert float(act[1]) == pytest.approx(float(plain[1]), rel=1e-12)
+
+
+def test_softmax_fallback_needs_the_unfused_16_bit_softmax():
+    # flash attention, fp32 training and FSDP never take Megatron's PyTorch fallback
+    from costmodel.calibration import FRAMEWORKS
+    from costmodel.model import softmax_falls_back
+    from costmodel.specs import PRECISIONS, TrainingSpec
+
+    model = ModelSpec(name="m", num_layers=2, hidden_size=2048, num_attention_heads=16,
+                      ffn_hidden_size=8192, vocab_size=51200)
+    batches = np.array([2.0, 4.0])
+    fp16, fp32 = PRECISIONS.index("fp16"), PRECISIONS.index("fp32")
+
+    def falls(fw, flash, prec):
+        training = TrainingSpec(seq_length=2048, global_batch_size=8, flash_attention=flash)
+        return softmax_falls_back(FRAMEWORKS[fw], model, training, np.array([prec, prec]),
+                                  batches).tolist()
+
+    assert falls("megatron", False, fp16) == [True, False]
+    assert falls("deepspeed", False, fp16) == [True, False]
+    assert falls("megatron", True, fp16) == [False, False]
+    assert falls("megatron", False, fp32) == [False, False]
+    assert falls("fsdp", False, fp16) == [False, False]
 
 
 def test_rules_reject_uneven_ffn_and_unaligned_fp8():
