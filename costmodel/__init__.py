@@ -12,7 +12,7 @@ Kept light at import time: submodules are imported where they are used.
 # FSDP's SHARD_GRAD_OP gathers and FULL_SHARD states, Transformer Engine's fp8 memory;
 # 0.4.0 (2026-11-30) cuBLAS's tile choice (256x128, 128x256, 128x128) with tile and wave
 # quantisation, the host/GPU overlap as a p-norm, the unfused softmax's passes per kernel;
-# 0.4.1 (2026-11-30) Megatron's PyTorch fp32 softmax where its fused kernel does not apply;
+# 0.4.1 (2026-11-30) Megatron's PyTorch softmax where its fused kernel does not apply;
 # 0.4.2 (2026-11-30) the optimizer step's fp32 gradient copy as a phase of its own, not on
 # top of the backward's activations (nvidia-smi's reading still adds the two).
 COST_MODEL_VERSION = "0.4.2"

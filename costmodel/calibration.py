@@ -258,7 +258,7 @@ class FrameworkCosts:
     # step's micro-batches: Megatron-Core passes is_first_microbatch to its TE layers
     fp8_weight_cache: bool = False
     # the unfused attention softmax is Megatron's fused scale-mask-softmax kernel, with its
-    # PyTorch fp32 fallback for shapes the kernel does not take (model.softmax_falls_back):
+    # PyTorch fallback for shapes the kernel does not take (model.softmax_falls_back):
     # Megatron-LM and Megatron-DeepSpeed; FSDP stacks run their own attention (llm-foundry:
     # flash or Triton kernels), charged the fused kernel's passes. ``softmax_in_fp32``: that
     # fallback computes in fp32 (Megatron-DeepSpeed, whose apply_query_key_layer_scaling is on
