@@ -47,6 +47,11 @@ Mapping (``../shared/validation/README.md``, followed exactly)
   shape, heads (or KV heads) not divisible by tp, GPU count != tp*pp*dp, global batch not a
   multiple of micro_batch x dp, unknown GPU, no measured step time/memory, NCCL bus-bandwidth
   entries (they go to the NCCL section), Korthikanti Table 4 per-layer entries (own section).
+- One measurement quoted twice counts once (:func:`drop_requotes`): an entry with the same
+  model, cluster, training settings and layout as an earlier one and the same measured values
+  (BLOOM's chronicles repeat a baseline row in a later comparison table, e.g. 121.28 s in
+  "Final round comparison" and in "NHEADs comparison"). Repeated measurements of one layout
+  that differ (a re-run) all count.
 
 Framework flags per group (TrainingSpec)
 ----------------------------------------
@@ -728,7 +733,34 @@ def collect_runs(entries: Iterable[Mapping[str, Any]], vtrain_rows: Iterable[Map
         except SkipEntry as s:
             out.skipped.append({"id": str(r.get("id", "?")), "group": VTRAIN_SINGLE_GROUP,
                                 "reason": str(s)})
+    out.runs, requoted = drop_requotes(out.runs)
+    out.skipped.extend(requoted)
     return out
+
+
+def _measured(r: Run) -> tuple:
+    return (r.step_time_s, r.step_time_source, r.memory_bytes, r.oom, r.table, r.per_layer_s)
+
+
+def drop_requotes(runs: Sequence[Run]) -> tuple[list[Run], list[dict]]:
+    """Keep the first of runs that are one measurement quoted twice: the same group, model,
+    cluster, training settings and layout, and identical measured values (step time, memory,
+    OOM, per-layer time). Counting such a copy would weigh one measurement twice in every
+    metric and, in a sweep, let a single other run form a 3-run sweep. Returns (kept runs,
+    skipped rows {id, group, reason})."""
+    first: dict[tuple, str] = {}
+    kept: list[Run] = []
+    dropped: list[dict] = []
+    for r in runs:
+        key = (r.group, r.model, r.cluster, r.training, r.parallel, _measured(r))
+        if key in first:
+            dropped.append({"id": r.id, "group": r.group, "reason":
+                            f"the same measurement as {first[key]} (same layout and measured "
+                            "values): counted once"})
+            continue
+        first[key] = r.id
+        kept.append(r)
+    return kept, dropped
 
 
 # =============================================================================================
@@ -1361,7 +1393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 __all__ = [
     "THRESHOLDS", "Run", "SkipEntry", "FrameworkFlags", "Predicted", "NcclCase",
     "default_data_dir", "resolve_data_dir", "load_data", "map_entry", "map_vtrain_row",
-    "collect_runs", "predict", "average_ranks", "spearman", "ape", "sweep_key", "nccl_case",
+    "collect_runs", "drop_requotes", "predict", "average_ranks", "spearman", "ape", "sweep_key", "nccl_case",
     "nccl_section", "validate", "format_report", "main", "framework_flags", "gpu_key",
     "inter_node_spec", "parse_precision", "parse_recompute", "parse_zero", "parse_vocab",
     "model_spec", "build_cluster", "measured_step_time",
