@@ -514,6 +514,7 @@ class Run:
     oom: bool = False
     table: str = ""  # "table5" / "table4" for Korthikanti
     per_layer_s: float | None = None  # Korthikanti Table 4: one layer fwd+bwd
+    measured_raw: str = ""  # the source's measured fields as given (canonical JSON)
 
     @property
     def num_gpus(self) -> int:
@@ -721,7 +722,7 @@ def collect_runs(entries: Iterable[Mapping[str, Any]], vtrain_rows: Iterable[Map
                 why += " (only derived.iteration_time_s: use --include-derived)"
             out.skipped.append({"id": run.id, "group": group, "reason": why})
             continue
-        out.runs.append(run)
+        out.runs.append(replace(run, measured_raw=_canonical(e.get("measured"))))
     for r in vtrain_rows:
         out.n_entries += 1
         if not isinstance(r, Mapping):
@@ -729,30 +730,47 @@ def collect_runs(entries: Iterable[Mapping[str, Any]], vtrain_rows: Iterable[Map
                                 f"malformed row: a {type(r).__name__}, not a mapping"})
             continue
         try:
-            out.runs.append(map_vtrain_row(r))
+            run = map_vtrain_row(r)
         except SkipEntry as s:
             out.skipped.append({"id": str(r.get("id", "?")), "group": VTRAIN_SINGLE_GROUP,
                                 "reason": str(s)})
+            continue
+        row = {k: x for k, x in r.items() if k != "id"}
+        out.runs.append(replace(run, measured_raw=_canonical(row)))
     out.runs, requoted = drop_requotes(out.runs)
     out.skipped.extend(requoted)
     return out
 
 
-def _measured(r: Run) -> tuple:
-    return (r.step_time_s, r.step_time_source, r.memory_bytes, r.oom, r.table, r.per_layer_s)
+def _canonical(x: Any) -> str:
+    try:
+        return json.dumps(x, sort_keys=True, default=repr)
+    except (TypeError, ValueError):  # keys of mixed types, a circular structure
+        return repr(x)
+
+
+def _measured_key(r: Run) -> tuple:
+    return (r.step_time_s, r.step_time_source, r.memory_bytes, r.oom, r.table, r.per_layer_s,
+            r.measured_raw)
 
 
 def drop_requotes(runs: Sequence[Run]) -> tuple[list[Run], list[dict]]:
     """Keep the first of runs that are one measurement quoted twice: the same group, model,
-    cluster, training settings and layout, and identical measured values (step time, memory,
-    OOM, per-layer time). Counting such a copy would weigh one measurement twice in every
-    metric and, in a sweep, let a single other run form a 3-run sweep. Returns (kept runs,
-    skipped rows {id, group, reason})."""
+    cluster, training settings and layout, and identical measured values (the source's
+    measured fields as given, and the step time, memory, OOM and per-layer time mapped from
+    them). Counting such a copy would weigh one measurement twice in every metric and, in a
+    sweep, let a single other run form a 3-run sweep. Only runs with a measured time are
+    merged: two OOM reports (or two equal memory readings) of one layout carry no value that
+    could tell a copy from a second run. Returns (kept runs, skipped rows {id, group,
+    reason})."""
     first: dict[tuple, str] = {}
     kept: list[Run] = []
     dropped: list[dict] = []
     for r in runs:
-        key = (r.group, r.model, r.cluster, r.training, r.parallel, _measured(r))
+        if r.step_time_s is None and r.per_layer_s is None:
+            kept.append(r)
+            continue
+        key = (r.group, r.model, r.cluster, r.training, r.parallel, _measured_key(r))
         if key in first:
             dropped.append({"id": r.id, "group": r.group, "reason":
                             f"the same measurement as {first[key]} (same layout and measured "
@@ -1393,8 +1411,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 __all__ = [
     "THRESHOLDS", "Run", "SkipEntry", "FrameworkFlags", "Predicted", "NcclCase",
     "default_data_dir", "resolve_data_dir", "load_data", "map_entry", "map_vtrain_row",
-    "collect_runs", "drop_requotes", "predict", "average_ranks", "spearman", "ape", "sweep_key", "nccl_case",
-    "nccl_section", "validate", "format_report", "main", "framework_flags", "gpu_key",
+    "collect_runs", "drop_requotes", "predict", "average_ranks", "spearman", "ape", "sweep_key",
+    "nccl_case", "nccl_section", "validate", "format_report", "main", "framework_flags", "gpu_key",
     "inter_node_spec", "parse_precision", "parse_recompute", "parse_zero", "parse_vocab",
     "model_spec", "build_cluster", "measured_step_time",
 ]

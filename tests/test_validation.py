@@ -599,6 +599,26 @@ def test_a_measurement_quoted_twice_counts_once():
     assert [(x["id"], first["id"] in x["reason"]) for x in col.skipped] == [("requoted", True)]
     assert len(col.runs) + len(col.skipped) == col.n_entries == 3
 
+    # the same time is not enough: another memory reading, TFLOP/s figure, group or layout
+    # makes it a second measurement
+    def variant(name, **changes):
+        e = copy.deepcopy(BLOOM_000) | {"id": name}
+        for section, fields in changes.items():
+            e[section] = e[section] | fields if isinstance(e[section], dict) else fields
+        return e
+
+    others = [variant("memory", measured={"max_gpu_mem_GB_nvidia_smi_first_last_node": 30}),
+              variant("tflops", measured={"tflops_per_gpu": 112.5}),
+              variant("group", group="bloom_other_sweep"),
+              variant("layout", parallel={"tp": 4, "dp": 8}),
+              variant("batch", parallel={"global_batch": 1024})]
+    col = v.collect_runs([first, *others])
+    assert [r.id for r in col.runs] == [first["id"], *(e["id"] for e in others)]
+    # two OOM reports of one layout carry no value that tells a copy from a re-run
+    oom = copy.deepcopy(BLOOM_110_OOM)
+    col = v.collect_runs([oom, copy.deepcopy(oom) | {"id": "oom_again"}])
+    assert len(col.runs) == 2 and [r.oom for r in col.runs] == [True, True]
+
 
 def test_the_data_quote_two_bloom_baselines_twice(result):
     # the chronicles repeat two baseline rows in later tables with identical times; they are
