@@ -94,9 +94,10 @@ Metrics
   at least 3 of them. Spearman = Pearson correlation of average ranks (ties averaged); sweeps
   whose measured (or predicted) times are all equal are left out. Mean over sweeps. The
   checks use it as is; a second figure, reported beside it and never checked, averages the
-  repeated measurements of one configuration within a sweep first (BLOOM's chronicles quote
-  some layouts two or three times, measured up to 14% apart, which the model can only tie),
-  over the sweeps that keep at least 3 distinct configurations.
+  repeated measurements of one configuration within a sweep first (BLOOM re-ran some layouts
+  two or three times, measured up to 14% apart, which the model can only tie; a copy of one
+  measurement is already dropped by :func:`drop_requotes`), over the sweeps that keep at
+  least 3 distinct configurations.
 - Group-balanced MAPE: mean of the group MAPEs (each group weighs the same).
 - Memory: BLOOM's ``max_gpu_mem_GB_nvidia_smi_first_last_node`` is read as GiB (nvidia-smi
   reports MiB; /1024 gives the "GB" the chronicles print) and compared with the model's peak
