@@ -14,5 +14,7 @@ Kept light at import time: submodules are imported where they are used.
 # quantisation, the host/GPU overlap as a p-norm, the unfused softmax's passes per kernel;
 # 0.4.1 (2026-11-30) Megatron's PyTorch softmax where its fused kernel does not apply;
 # 0.4.2 (2026-11-30) the optimizer step's fp32 gradient copy as a phase of its own, not on
-# top of the backward's activations (nvidia-smi's reading still adds the two).
-COST_MODEL_VERSION = "0.4.2"
+# top of the backward's activations (nvidia-smi's reading still adds the two);
+# 0.4.3 (2026-11-30) DeepSpeed BF16_Optimizer's bf16 cast of its fp32 gradients for the
+# all-reduce, and nvidia-smi's reading capped at the GPU's memory where each phase fits.
+COST_MODEL_VERSION = "0.4.3"

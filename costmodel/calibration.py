@@ -66,7 +66,7 @@ class Efficiency:
 # LLMs trained with DeepSpeed, FSDP and Colossal-AI on A100 80GB. 0.15 is that average, not a
 # fit; model.py applies it to what is allocated and freed within a step (activations, logits,
 # engine buckets, autograd-allocated gradients). Against BLOOM's 37 measured peaks it gives a
-# memory MAPE of 7.0% (0.05: 11.7%, 0.10: 9.4%, 0.20: 5.8%). Megatron-LM's recommended
+# memory MAPE of 4.8% (0.05: 8.6%, 0.10: 6.4%, 0.20: 4.9%). Megatron-LM's recommended
 # PYTORCH_ALLOC_CONF=expandable_segments:True fragments less, which the model does not credit.
 #
 # ``gemm_small_tile``: cuBLAS picks a thread-block tile per GEMM shape; the model lets it take
@@ -145,7 +145,8 @@ class FrameworkCosts:
     (DeepSpeed reduce_bucket_size + allgather_bucket_size, 5e8 elements each by default, in
     16-bit). ``bf16_fp32_grads``: DeepSpeed's BF16_Optimizer (bf16 weights, ZeRO 0/1) accumulates
     gradients in an unsharded fp32 buffer besides the bf16 gradients (+2 bytes per parameter
-    over Megatron). ``zero_grad16``: DeepSpeed's ZeRO optimizer (and FP16_Optimizer) keeps
+    over Megatron), and the all-reduce casts that buffer to ``grad_comm_bytes`` after the
+    backward (a transient copy, model._reduce_copy_bytes). ``zero_grad16``: DeepSpeed's ZeRO optimizer (and FP16_Optimizer) keeps
     16-bit gradients and casts the local gradient partition to fp32 for the step: 2 bytes of
     16-bit gradient per parameter plus 4 of fp32 gradient sharded from ZeRO-1 on, beside the
     12 optimizer bytes (DeepSpeed's own estimators, cost-model.md 4.3; model._gradient_bytes).

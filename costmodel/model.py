@@ -193,6 +193,31 @@ def _gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt):
     return gm, g_part
 
 
+# DeepSpeed's gradient all-reduce gathers tensors into one flat buffer until it holds more
+# than this many elements (engine.py allreduce_no_retain, pipe engine MEMORY_OPT_ALLREDUCE_SIZE)
+DEEPSPEED_ALLREDUCE_ELEMENTS = 5e8
+
+
+def _reduce_copy_bytes(bf16_opt, gcomm, g_part, psi):
+    """Bytes per local parameter that exist only after the backward, for the gradient
+    reduction and the optimizer step, on top of the model states: the fp32 copy of the local
+    16-bit gradient partition (``g_part``, see :func:`_gradient_bytes`), or, with DeepSpeed's
+    BF16_Optimizer, the all-reduce's copies of its fp32 gradient buffer.
+
+    BF16_Optimizer hands its flat fp32 gradient buffer, one per parameter group, to the
+    engine's all-reduce (pipe/engine.py _bf16_reduce_grads -> buffered_allreduce_fallback),
+    which casts each bucket to ``communication_data_type`` before reducing it
+    (engine.py allreduce_bucket: ``tensor.to(self.communication_data_type)``, bf16 for bf16
+    training without ZeRO), a copy of ``gcomm`` bytes per parameter while the fp32 buffer
+    lives on. A group's buffer larger than the bucket size is reduced alone, as a view; below
+    it, the two groups (with and without weight decay) are first concatenated into a new
+    fp32 tensor, 4 bytes more (DeepSpeed 0.6.3, the first release with BF16_Optimizer).
+    """
+    small = psi <= DEEPSPEED_ALLREDUCE_ELEMENTS
+    cast = np.where(gcomm < 4.0, gcomm, 0.0) + np.where(small, 4.0, 0.0)
+    return np.where(bf16_opt, cast, g_part)
+
+
 def _fp16_main_grads(fw, prec):
     """Megatron-LM's fp16 training keeps (and all-reduces) fp16 main gradients: only bf16
     forces --accumulate-allreduce-grads-in-fp32 (megatron/training/arguments.py)."""
@@ -765,9 +790,12 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     cache = np.where((prec == PRECISIONS.index("fp8")) & fw.fp8_weight_cache & (z < 3),
                      FP8_WEIGHT_CACHE_BYTES * layer_params / t, 0.0)
     w1, w2, w3 = w1 + n_first * cache, w2 + n_last * cache, w3 + n_mid * cache
-    # the fp32 copy of the (local partition of the) 16-bit gradients exists only in the
-    # optimizer step, after the backward has freed the activations (below)
-    c1, c2, c3 = psi_first * g_part, psi_last * g_part, psi_mid * g_part
+    # the fp32 copy of the (local partition of the) 16-bit gradients, or BF16_Optimizer's
+    # bf16 cast of its fp32 gradients for the all-reduce, exists only after the backward has
+    # freed the activations (below)
+    c1, c2, c3 = (psi_first * _reduce_copy_bytes(bf16_opt, gcomm, g_part, psi_first),
+                  psi_last * _reduce_copy_bytes(bf16_opt, gcomm, g_part, psi_last),
+                  psi_mid * _reduce_copy_bytes(bf16_opt, gcomm, g_part, psi_mid))
     zbuf = np.where(z >= 3, 2.0 * layer_params / t * pb, 0.0)
     # What the caching allocator reserves on each stage. Of what is allocated and freed
     # within a step (activations, logits, engine buckets and, where autograd allocates them
@@ -811,8 +839,12 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     # What nvidia-smi's maximum shows: PyTorch's caching allocator keeps the backward's freed
     # blocks reserved and takes new ones for the step's copy, so the two add up there (the
     # allocator would release the cached blocks rather than fail: it is not what must fit).
+    # Where the sum exceeds the GPU's memory it does so (a failed cudaMalloc frees the cached
+    # blocks and retries, CUDACachingAllocator release_cached_blocks): nvidia-smi then reads
+    # the whole GPU at most.
     observed = np.maximum(np.maximum(bwd_first + c1, np.where(single, 0.0, bwd_last + c2)),
                           np.where(has_mid, bwd_mid + c3, 0.0)) + fixed
+    observed = np.minimum(observed, np.maximum(peak_mem, gpu.memory_bytes))
     memory = {
         "weights": pick(w1, w2, w3),
         "gradients": pick(g1, g2, g3) + np.where(in_step, pick(c1, c2, c3), 0.0),

@@ -798,9 +798,11 @@ def _states_per_param(framework: str, precision: str, zero: int, dp: int = 8):
     ("deepspeed", "fp16", 0, 2 + 4.0, 12.0),
     ("deepspeed", "fp16", 2, (2 + 4) / 8, 12 / 8),
     ("deepspeed", "bf16", 2, (2 + 4) / 8, 12 / 8),
-    # DeepSpeed BF16_Optimizer (bf16, ZeRO 0/1): bf16 grads + unsharded fp32 accumulation
-    ("deepspeed", "bf16", 1, 2 + 4.0, 12 / 8),
-    ("deepspeed", "fp8", 1, 2 + 4.0, 12 / 8),  # bf16 weights: the DeepSpeed bf16 config
+    # DeepSpeed BF16_Optimizer (bf16, ZeRO 0/1): bf16 grads + unsharded fp32 accumulation,
+    # and after the backward the all-reduce's bf16 cast of that buffer (the model's 0.8e9
+    # local parameters exceed one 5e8-element bucket: no concatenated copy)
+    ("deepspeed", "bf16", 1, 2 + 4.0 + 2.0, 12 / 8),
+    ("deepspeed", "fp8", 1, 2 + 4.0 + 2.0, 12 / 8),  # bf16 weights: the DeepSpeed bf16 config
     ("deepspeed", "fp32", 1, 4.0, 8 / 8),
 ])
 def test_optimizer_states_follow_the_framework(framework, precision, zero, grads, optim):
@@ -832,6 +834,57 @@ def test_step_gradient_copy_is_not_held_with_the_activations():
     assert mem["activations"] == 0.0 and mem["logits"] == 0.0  # the step is the peak
     assert mem["gradients"] == pytest.approx(6.0 * psi, rel=1e-3)
     assert small.peak_memory_bytes[0] <= small.observed_memory_bytes[0]
+
+
+def test_nvidia_smi_reading_stops_at_the_gpu_memory():
+    # the step's fp32 copy on top of the backward's cached blocks would pass 80 GiB, while
+    # each phase fits: the allocator frees its cache and retries, so nvidia-smi shows the
+    # whole GPU at most; below that the two still add up
+    from costmodel.specs import ParallelConfig
+
+    model = ModelSpec(name="m", num_layers=4, hidden_size=4096, num_attention_heads=32,
+                      ffn_hidden_size=16384, vocab_size=512)
+    psi = 4 * model.params_per_layer + 2 * 512 * 4096 + 2 * 4096
+    par = ParallelConfig(tp=1, pp=1, dp=1, micro_batch_size=8, precision="fp16",
+                         recompute="none", zero_stage=0)
+    gib = 2.0**30
+    capped = _score_one(model, par, 1, seq=4352, gbs=8, framework="deepspeed")
+    assert capped.peak_memory_bytes[0] < 80 * gib < capped.peak_memory_bytes[0] + 4.0 * psi
+    assert capped.observed_memory_bytes[0] == pytest.approx(80 * gib, rel=1e-9)
+    below = _score_one(model, par, 1, seq=4096, gbs=8, framework="deepspeed")
+    assert below.observed_memory_bytes[0] == pytest.approx(
+        below.peak_memory_bytes[0] + 4.0 * psi, rel=1e-3)
+    assert below.observed_memory_bytes[0] < 80 * gib
+    # an OOM configuration keeps its (larger) peak as the reading
+    par16 = ParallelConfig(tp=1, pp=1, dp=1, micro_batch_size=16, precision="fp16",
+                           recompute="none", zero_stage=0)
+    oom = _score_one(model, par16, 1, seq=4096, gbs=16, framework="deepspeed")
+    assert oom.observed_memory_bytes[0] == oom.peak_memory_bytes[0] > 80 * gib
+
+
+@pytest.mark.parametrize(("layers", "hidden", "copies"), [
+    (4, 4096, 2.0),  # 0.8e9 local parameters: each group reduced alone, a bf16 cast
+    (2, 2048, 2.0 + 4.0),  # 0.1e9: both groups concatenated in fp32 first, then cast
+])
+def test_bf16_optimizer_reduce_copies_its_fp32_gradients(layers, hidden, copies):
+    # DeepSpeed 0.6.3 engine.allreduce_bucket: tensor.to(communication_data_type) of the
+    # BF16_Optimizer's flat fp32 gradients, after the backward; the step phase holds it
+    from costmodel.specs import ParallelConfig
+
+    model = ModelSpec(name="m", num_layers=layers, hidden_size=hidden,
+                      num_attention_heads=hidden // 128, ffn_hidden_size=4 * hidden,
+                      vocab_size=512)
+    psi = layers * model.params_per_layer + 2 * 512 * hidden + 2 * hidden
+    par = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=1, precision="bf16",
+                         recompute="full", zero_stage=1)
+    sc = _score_one(model, par, 8, seq=64, gbs=8, framework="deepspeed")
+    mem = {k: float(v[0]) for k, v in sc.memory_breakdown_bytes.items()}
+    assert mem["activations"] == 0.0  # the step phase is the peak
+    assert mem["gradients"] == pytest.approx((2.0 + 4.0 + copies) * psi, rel=1e-3)
+    # Megatron-LM reduces its fp32 main gradients as they are: no copy
+    mega = _score_one(model, par, 8, seq=64, gbs=8, framework="megatron")
+    mem = {k: float(v[0]) for k, v in mega.memory_breakdown_bytes.items()}
+    assert mem["gradients"] == pytest.approx(4.0 * psi, rel=1e-3)
 
 
 def test_deepspeed_fp16_zero1_is_four_plus_sixteen_over_d():

@@ -518,7 +518,7 @@ def test_ranking_meets_the_issue_target(result):
 
 
 def test_memory_against_bloom_peaks(result):
-    # CI threshold (12%); 7.0% on 2026-11-30 (session 5)
+    # CI threshold (12%); 4.8% on 2026-11-30 (7.0% before BF16_Optimizer's all-reduce cast)
     assert result["memory"]["mape"] <= v.THRESHOLDS["memory_mape"]
 
 
@@ -530,13 +530,14 @@ def test_memory_meets_the_issue_target(result):
 def test_memory_errors_do_not_depend_on_the_optimizer(result):
     # DeepSpeed's fp16 ZeRO optimizer and its BF16_Optimizer hold different states; with
     # both modelled, neither family of BLOOM runs is off by more than the other's spread
+    # (medians -3.3% and +1.6%; 7 points apart without the all-reduce's bf16 cast)
     col = v.collect_runs(*v.load_data(v.resolve_data_dir()))
     precision = {r.id: r.parallel.precision for r in col.runs}
     by = {"fp16": [], "bf16": []}
     for row in result["memory"]["runs"]:
         by[precision[row["id"]]].append(row["signed_error"])
     assert len(by["fp16"]) >= 10 and len(by["bf16"]) >= 5
-    assert abs(statistics.median(by["fp16"]) - statistics.median(by["bf16"])) <= 0.10
+    assert abs(statistics.median(by["fp16"]) - statistics.median(by["bf16"])) <= 0.06
 
 
 @pytest.mark.xfail(reason="bloom_prequel_110 (206B, tp4 pp12 dp8 mb2, bf16) is reported OOM "
