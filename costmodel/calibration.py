@@ -66,7 +66,8 @@ class Efficiency:
 # LLMs trained with DeepSpeed, FSDP and Colossal-AI on A100 80GB. 0.15 is that average, not a
 # fit; model.py applies it to what is allocated and freed within a step (activations, logits,
 # engine buckets, autograd-allocated gradients). Against BLOOM's 37 measured peaks it gives a
-# memory MAPE of 4.8% (0.05: 8.6%, 0.10: 6.4%, 0.20: 4.9%). Megatron-LM's recommended
+# memory MAPE of 4.7% (0.05: 8.9%, 0.10: 6.7%, 0.20: 4.5%, with 21 runs that ran predicted
+# over their GPU's memory against 11). Megatron-LM's recommended
 # PYTORCH_ALLOC_CONF=expandable_segments:True fragments less, which the model does not credit.
 #
 # ``gemm_small_tile``: cuBLAS picks a thread-block tile per GEMM shape; the model lets it take
@@ -141,9 +142,10 @@ class FrameworkCosts:
     input is the first layer's checkpoint; BLOOM's measured peaks grow by 6-8 GiB per unit of
     micro-batch at 12 micro-batches in flight, which that count (4.7-5.2) undershoots and two
     full tensors (6.0-6.6) match; what holds the rest is not identified (docs/cost-model.md).
-    ``engine_buffer_bytes``: gradient reduce / all-gather buckets the engine allocates
-    (DeepSpeed reduce_bucket_size + allgather_bucket_size, 5e8 elements each by default, in
-    16-bit). ``bf16_fp32_grads``: DeepSpeed's BF16_Optimizer (bf16 weights, ZeRO 0/1) accumulates
+    ``reduce_bucket_bytes`` / ``gather_bucket_bytes``: the gradient-reduce and parameter
+    all-gather buckets the engine allocates (DeepSpeed reduce_bucket_size and
+    allgather_bucket_size, 5e8 elements each by default, in 16-bit). BF16_Optimizer has no
+    reduce bucket: it reduces its fp32 buffer through a cast (model._reduce_copy_bytes). ``bf16_fp32_grads``: DeepSpeed's BF16_Optimizer (bf16 weights, ZeRO 0/1) accumulates
     gradients in an unsharded fp32 buffer besides the bf16 gradients (+2 bytes per parameter
     over Megatron), and the all-reduce casts that buffer to ``grad_comm_bytes`` after the
     backward (a transient copy, model._reduce_copy_bytes). ``zero_grad16``: DeepSpeed's ZeRO optimizer (and FP16_Optimizer) keeps
@@ -180,7 +182,8 @@ class FrameworkCosts:
     host_overlap_p: float = 7.0
     elementwise_traffic: float = 1.0  # HBM traffic of element-wise ops / the fused minimum
     pipe_buffers: bool = False
-    engine_buffer_bytes: float = 0.0
+    reduce_bucket_bytes: float = 0.0
+    gather_bucket_bytes: float = 0.0
     bf16_fp32_grads: bool = False
     zero_grad16: bool = False
     # Gradients live in the param.grad tensors (in the weights' dtype) that autograd allocates
@@ -286,7 +289,8 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
     "deepspeed": FrameworkCosts(layer_pass_s=0.7825e-3, collective_s=0.05e-3,
                                 collective_host_s=45e-6, pipe_regather_output=True,
                                 elementwise_traffic=1.5, pipe_buffers=True,
-                                engine_buffer_bytes=2 * 5e8 * 2, bf16_fp32_grads=True,
+                                reduce_bucket_bytes=5e8 * 2, gather_bucket_bytes=5e8 * 2,
+                                bf16_fp32_grads=True,
                                 zero_grad16=True, autograd_grads=True,
                                 loss_bytes_per_logit=58.0, grad_accum_bytes=6.0,
                                 grad_comm_bytes=2.0, serial_p2p=True,

@@ -211,7 +211,13 @@ def _reduce_copy_bytes(bf16_opt, gcomm, g_part, psi):
     training without ZeRO), a copy of ``gcomm`` bytes per parameter while the fp32 buffer
     lives on. A group's buffer larger than the bucket size is reduced alone, as a view; below
     it, the two groups (with and without weight decay) are first concatenated into a new
-    fp32 tensor, 4 bytes more (DeepSpeed 0.6.3, the first release with BF16_Optimizer).
+    fp32 tensor, 4 bytes more. DeepSpeed decides that on the decay group's size; the model on
+    the stage's parameters, the no-decay group (biases and norms) being small beside it.
+
+    Read from DeepSpeed 0.6.3, the first release with BF16_Optimizer (2022-04), whose
+    pipeline engine runs it at ZeRO stage 0 (it shards its fp32 states over DP itself) and
+    refuses bf16 with ZeRO 1. BLOOM's Feb-2022 rows, which record "ZeRO 1" and "new
+    BF16_Optimizer", ran a pre-release of it; the model assumes it reduced the same way.
     """
     small = psi <= DEEPSPEED_ALLREDUCE_ELEMENTS
     cast = np.where(gcomm < 4.0, gcomm, 0.0) + np.where(small, 4.0, 0.0)
@@ -803,7 +809,8 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     # reserve stays free but fragmented at the peak, and nvidia-smi counts it; buffers
     # allocated once at start-up (weights, contiguous gradient buffers, optimizer states) do
     # not fragment. NCCL allocates its own buffers.
-    engine = fw.engine_buffer_bytes + zbuf
+    # BF16_Optimizer reduces its fp32 gradients through the cast counted in c, not a bucket
+    engine = (np.where(bf16_opt, 0.0, fw.reduce_bucket_bytes) + fw.gather_bucket_bytes + zbuf)
     step_grad = np.where(fw.autograd_grads, pb, 0.0) / np.where(z >= 2, d, 1.0)
     keep = eff.allocator_fraction / (1.0 - eff.allocator_fraction)
     logits_first = np.where(single, logits, 0.0)

@@ -242,12 +242,29 @@ def test_weight_memory_never_grows_with_pp(drawn):
     assert w[1] <= w[0] * (1 + 1e-12), (_cfg(v, j), w)
 
 
+def _optimizer_switch_bytes(v: Valid, j: int) -> float:
+    """What raising the ZeRO stage may add where it changes the optimizer: DeepSpeed runs
+    BF16_Optimizer for bf16 (and fp8) weights at ZeRO 0/1, which reduces its fp32 gradients
+    through a cast and has no reduce bucket, and its ZeRO optimizer at ZeRO 2, whose reduce
+    bucket (with its share of the allocator's reserve) a small model's sharded gradients may
+    not pay back."""
+    from costmodel.calibration import FRAMEWORKS, efficiency_for
+
+    fw = FRAMEWORKS[v.combo.training.framework]
+    if not (fw.bf16_fp32_grads and v.batch.zero_stage[j] == 1
+            and PRECISIONS[v.batch.precision[j]] in ("bf16", "fp8")):
+        return 0.0
+    f = efficiency_for(v.combo.cluster.gpu.compute_capability).allocator_fraction
+    return fw.reduce_bucket_bytes / (1.0 - f)
+
+
 @PROPS
 @given(pair("zero"))
 def test_higher_zero_stage_never_needs_more_memory(drawn):
     v, (j, j2) = drawn  # j2: the same configuration with zero_stage + 1
     s = _score(v, [j, j2])
-    assert s.peak_memory_bytes[1] <= s.peak_memory_bytes[0] * (1 + 1e-12), \
+    assert s.peak_memory_bytes[1] <= (s.peak_memory_bytes[0] * (1 + 1e-12)
+                                      + _optimizer_switch_bytes(v, j)), \
         (_cfg(v, j), s.peak_memory_bytes)
     m = s.memory_breakdown_bytes
     assert m["optimizer_states"][1] <= m["optimizer_states"][0] * (1 + 1e-12)
