@@ -16,5 +16,6 @@ Kept light at import time: submodules are imported where they are used.
 # 0.4.2 (2026-11-30) the optimizer step's fp32 gradient copy as a phase of its own, not on
 # top of the backward's activations (nvidia-smi's reading still adds the two);
 # 0.4.3 (2026-11-30) DeepSpeed BF16_Optimizer's bf16 cast of its fp32 gradients for the
-# all-reduce, and nvidia-smi's reading capped at the GPU's memory where each phase fits.
+# all-reduce (in place of a reduce bucket) and its fp32 gradient update after every
+# micro-batch; nvidia-smi's reading capped at the GPU's memory where each phase fits.
 COST_MODEL_VERSION = "0.4.3"

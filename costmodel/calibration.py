@@ -201,8 +201,9 @@ class FrameworkCosts:
     loss_bytes_per_logit: float = 16.0
     # HBM bytes per local parameter per micro-batch of gradient accumulation outside the GEMM:
     # PyTorch's AccumulateGrad adds each later micro-batch's fresh 16-bit gradient into
-    # param.grad (the first one is handed over) (read 2 + 2, write 2 = 6; with
-    # bf16_fp32_grads the buffer is fp32: read 2 + 4, write 4)
+    # param.grad (the first one is handed over) (read 2 + 2, write 2 = 6; BF16_Optimizer,
+    # which clears the bf16 gradients before each backward and adds them into its fp32
+    # buffer after it, is charged model.HP_GRAD_UPDATE_BYTES on every micro-batch instead)
     # unless the framework fuses accumulation into the weight-gradient GEMM (Megatron-LM's
     # gradient_accumulation_fusion into the fp32 main_grad). The word embedding's dense
     # backward also zero-fills a full [V/t, h] gradient every micro-batch (+2).

@@ -58,6 +58,10 @@ DDP_BUCKET_ELEMENTS = 40e6
 # Adam (read master, m, v, grad: 16; write master, m, v: 12), copy master -> 16-bit params
 # (read 4, write 2), zero the grad buffer (write 4): 50. fp32: no unscale, no copy: 36.
 OPTIMIZER_STEP_BYTES = np.array([36.0, 36.0, 50.0, 50.0, 50.0])
+# HBM bytes per parameter of BF16_Optimizer's update_hp_grads after each micro-batch's
+# backward: the bf16 gradient cast to fp32 (read 2, write 4) and added into the fp32 buffer
+# (read 4 + 4, write 4)
+HP_GRAD_UPDATE_BYTES = 18.0
 # Bytes per local layer parameter of Transformer Engine's cached fp8 weight and its fp8
 # transpose (te.Linear fp8 workspaces, reused while is_first_microbatch is False)
 FP8_WEIGHT_CACHE_BYTES = 2.0
@@ -321,7 +325,8 @@ def softmax_falls_back(fw, model: ModelSpec, training: TrainingSpec, prec, attn_
 
 
 LAYER_TERMS = ("layer_f", "layer_b", "layer_rc", "layer_tp", "layer_host", "emb_t", "head_t",
-               "per_layer_act", "full_layer_act", "layer_accum", "emb_accum", "head_accum")
+               "per_layer_act", "full_layer_act", "layer_accum", "emb_accum", "head_accum",
+               "layer_hp", "emb_hp")
 
 
 def _layer_key(batch: ConfigBatch, tp_nodes: np.ndarray) -> np.ndarray:
@@ -454,10 +459,15 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     # gradient accumulation outside the GEMMs (AccumulateGrad adds a micro-batch's gradient
     # into param.grad; the first micro-batch of a step only hands it over, so score() charges
     # it (m - 1) / m per micro-batch); an fp32 buffer (bf16_fp32_grads) moves 4 bytes more
-    bf16_weights = (prec == PRECISIONS.index("bf16")) | fp8  # fp8 keeps bf16 weights
-    accum_bytes = fw.grad_accum_bytes + np.where(bf16_weights & fw.bf16_fp32_grads, 4.0, 0.0)
     has_accum = fw.grad_accum_bytes > 0
+    accum_bytes = fw.grad_accum_bytes
     layer_accum = memop(accum_bytes * float(model.params_per_layer) / t) if has_accum else 0.0
+    # BF16_Optimizer (DeepSpeed 0.6.3 bf16_optimizer.update_hp_grads, after every
+    # micro-batch's backward; the bf16 gradients are set to None before each backward, so
+    # autograd accumulates nothing): cast each bf16 gradient to fp32 (r2 w4) and add it into
+    # the fp32 buffer (r4 r4 w4), 18 bytes per parameter, two kernels per tensor
+    layer_hp = (memop(HP_GRAD_UPDATE_BYTES * float(model.params_per_layer) / t, 2.0)
+                if fw.bf16_fp32_grads else 0.0)
     layer_rc = np.where(rc == 2, layer_f, np.where(rc == 1, t_attn_recompute, 0.0))
 
     # ---- TP collectives per layer per micro-batch (Shoeybi et al. 2019; Korthikanti 4.2.2) --
@@ -530,11 +540,13 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     head_b = 2.0 * head_gemm + head_coll + head_regather
     # the word embedding's dense backward zero-fills a [V/t, h] gradient every micro-batch;
     # it and the output layer's weight gradient are then accumulated like the layers'
-    emb_accum = head_accum = 0.0
+    emb_accum = head_accum = emb_hp = 0.0
     if has_accum:
         emb_b = emb_b + memop(2.0 * V * h / t)
         emb_accum = memop(accum_bytes * V * h / t)
         head_accum = emb_accum
+    if fw.bf16_fp32_grads:
+        emb_hp = memop(HP_GRAD_UPDATE_BYTES * V * h / t, 2.0)
     emb_t = emb_f + emb_b
     head_t = head_f + head_b
 
@@ -620,12 +632,14 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     terms = _layer_terms(model, training, eff, fw, gpu, _Collectives(system, sub, layout[lfirst]),
                          sub, geo["tp_nodes"][lfirst])
     (layer_f, layer_b, layer_rc, layer_tp, layer_host, emb_t, head_t, per_layer_act,
-     full_layer_act, layer_accum, emb_accum, head_accum) = (terms[k][linv] for k in LAYER_TERMS)
-    # gradient accumulation outside the GEMMs: every micro-batch but a step's first
+     full_layer_act, layer_accum, emb_accum, head_accum, layer_hp, emb_hp) = (
+        terms[k][linv] for k in LAYER_TERMS)
+    # gradient accumulation outside the GEMMs: every micro-batch but a step's first; with
+    # BF16_Optimizer its fp32 update after every micro-batch instead
     later = (m - 1.0) / m
-    layer_b = layer_b + later * layer_accum
-    emb_t = emb_t + later * emb_accum
-    head_t = head_t + later * head_accum
+    layer_b = layer_b + np.where(bf16_opt, layer_hp, later * layer_accum)
+    emb_t = emb_t + np.where(bf16_opt, emb_hp, later * emb_accum)
+    head_t = head_t + np.where(bf16_opt, emb_hp, later * head_accum)
     tokens = b * s
     act = tokens * h * ea
 

@@ -512,6 +512,43 @@ def test_deepspeed_gradient_accumulation_traffic(monkeypatch):
     assert with_accum - without == pytest.approx(expected, rel=1e-6)
 
 
+def test_bf16_optimizer_updates_fp32_gradients_every_micro_batch(monkeypatch):
+    # DeepSpeed BF16_Optimizer (0.6.3 update_hp_grads): after every micro-batch's backward
+    # each bf16 gradient is cast to fp32 and added into the fp32 buffer, 18 bytes per local
+    # parameter and two kernels per tensor, on every micro-batch (the bf16 gradients are
+    # cleared before each backward, so autograd accumulates nothing). Without it (the ZeRO
+    # optimizer's path) AccumulateGrad's 6 bytes on every micro-batch but the first.
+    from dataclasses import replace
+
+    from costmodel import calibration as C
+    from costmodel.batch import ConfigBatch
+    from costmodel.compute import padded_vocab
+    from costmodel.hardware import default_cluster
+    from costmodel.model import score
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    model = ModelSpec(name="m", num_layers=2, hidden_size=2048, num_attention_heads=16,
+                      ffn_hidden_size=8192, vocab_size=50000)
+    cluster = default_cluster(1)
+    training = TrainingSpec(seq_length=1024, global_batch_size=8, framework="deepspeed",
+                            flash_attention=False)
+    batch = ConfigBatch.from_configs([ParallelConfig(micro_batch_size=2, precision="bf16",
+                                                     zero_stage=1)])
+    bf16_opt = score(model, cluster, training, batch).step_time_s[0]
+    monkeypatch.setitem(C.FRAMEWORKS, "deepspeed",
+                        replace(C.FRAMEWORKS["deepspeed"], bf16_fp32_grads=False))
+    zero_opt = score(model, cluster, training, batch).step_time_s[0]
+    eff = C.efficiency_for(80)
+    bw = eff.memory * cluster.gpu.memory_bandwidth_bytes_per_s
+    k = eff.kernel_overhead_s
+    m = 8 / 2
+    V = float(padded_vocab(50000, 1))
+    params = 2 * model.params_per_layer + 2 * V * 2048  # two layers, embedding, output layer
+    hp = m * (18.0 * params / bw + 4 * 2 * k)
+    accum = (m - 1) * (6.0 * params / bw + 4 * k)
+    assert bf16_opt - zero_opt == pytest.approx(hp - accum, rel=1e-6)
+
+
 def test_deepspeed_reduces_gradients_in_the_training_dtype():
     # DeepSpeed all-reduces 16-bit gradients (communication_data_type defaults to the model
     # dtype); Megatron-LM reduces its fp32 main_grad: twice the bytes on the wire.
