@@ -458,14 +458,15 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     layer_b = 2.0 * t_gemm_f + t_attn_b + 2.0 * t_elem_f + t_cast_b
     # gradient accumulation outside the GEMMs (AccumulateGrad adds a micro-batch's gradient
     # into param.grad; the first micro-batch of a step only hands it over, so score() charges
-    # it (m - 1) / m per micro-batch); an fp32 buffer (bf16_fp32_grads) moves 4 bytes more
+    # it (m - 1) / m per micro-batch)
     has_accum = fw.grad_accum_bytes > 0
     accum_bytes = fw.grad_accum_bytes
     layer_accum = memop(accum_bytes * float(model.params_per_layer) / t) if has_accum else 0.0
     # BF16_Optimizer (DeepSpeed 0.6.3 bf16_optimizer.update_hp_grads, after every
     # micro-batch's backward; the bf16 gradients are set to None before each backward, so
     # autograd accumulates nothing): cast each bf16 gradient to fp32 (r2 w4) and add it into
-    # the fp32 buffer (r4 r4 w4), 18 bytes per parameter, two kernels per tensor
+    # the fp32 buffer (r4 r4 w4), 18 bytes per parameter; two kernels per layer, lumped as
+    # layer_accum's one (a layer's dozen tensors each launch their own, ~0.1% of a step)
     layer_hp = (memop(HP_GRAD_UPDATE_BYTES * float(model.params_per_layer) / t, 2.0)
                 if fw.bf16_fp32_grads else 0.0)
     layer_rc = np.where(rc == 2, layer_f, np.where(rc == 1, t_attn_recompute, 0.0))
@@ -639,7 +640,11 @@ def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch:
     later = (m - 1.0) / m
     layer_b = layer_b + np.where(bf16_opt, layer_hp, later * layer_accum)
     emb_t = emb_t + np.where(bf16_opt, emb_hp, later * emb_accum)
-    head_t = head_t + np.where(bf16_opt, emb_hp, later * head_accum)
+    # a tied output layer on the embedding's stage (pp = 1) is the same parameter: no update
+    # of its own, but autograd adds its gradient to the embedding's within every backward
+    tied_here = model.tied_embeddings & (batch.pp == 1)
+    head_t = head_t + np.where(tied_here, head_accum,
+                               np.where(bf16_opt, emb_hp, later * head_accum))
     tokens = b * s
     act = tokens * h * ea
 

@@ -515,7 +515,7 @@ def test_deepspeed_gradient_accumulation_traffic(monkeypatch):
 def test_bf16_optimizer_updates_fp32_gradients_every_micro_batch(monkeypatch):
     # DeepSpeed BF16_Optimizer (0.6.3 update_hp_grads): after every micro-batch's backward
     # each bf16 gradient is cast to fp32 and added into the fp32 buffer, 18 bytes per local
-    # parameter and two kernels per tensor, on every micro-batch (the bf16 gradients are
+    # parameter and two kernels per layer, on every micro-batch (the bf16 gradients are
     # cleared before each backward, so autograd accumulates nothing). Without it (the ZeRO
     # optimizer's path) AccumulateGrad's 6 bytes on every micro-batch but the first.
     from dataclasses import replace
@@ -547,6 +547,46 @@ def test_bf16_optimizer_updates_fp32_gradients_every_micro_batch(monkeypatch):
     hp = m * (18.0 * params / bw + 4 * 2 * k)
     accum = (m - 1) * (6.0 * params / bw + 4 * k)
     assert bf16_opt - zero_opt == pytest.approx(hp - accum, rel=1e-6)
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_bf16_optimizer_update_with_tied_embeddings_and_zero(monkeypatch, zero):
+    # pp = 1 with tied embeddings: one parameter for the embedding and the output layer, one
+    # fp32 update; autograd adds the output layer's gradient into the embedding's within
+    # every backward (6 bytes), with or without BF16_Optimizer. At ZeRO 2 DeepSpeed runs its
+    # ZeRO optimizer for bf16 too: no BF16_Optimizer update, whatever the framework flag.
+    from dataclasses import replace
+
+    from costmodel import calibration as C
+    from costmodel.batch import ConfigBatch
+    from costmodel.compute import padded_vocab
+    from costmodel.hardware import default_cluster
+    from costmodel.model import score
+    from costmodel.specs import ParallelConfig, TrainingSpec
+
+    model = ModelSpec(name="m", num_layers=2, hidden_size=2048, num_attention_heads=16,
+                      ffn_hidden_size=8192, vocab_size=50000, tied_embeddings=True)
+    cluster = default_cluster(1)
+    training = TrainingSpec(seq_length=1024, global_batch_size=8, framework="deepspeed",
+                            flash_attention=False)
+    batch = ConfigBatch.from_configs([ParallelConfig(micro_batch_size=2, precision="bf16",
+                                                     zero_stage=zero)])
+    with_flag = score(model, cluster, training, batch).step_time_s[0]
+    monkeypatch.setitem(C.FRAMEWORKS, "deepspeed",
+                        replace(C.FRAMEWORKS["deepspeed"], bf16_fp32_grads=False))
+    without = score(model, cluster, training, batch).step_time_s[0]
+    if zero == 2:
+        assert with_flag == without
+        return
+    eff = C.efficiency_for(80)
+    bw = eff.memory * cluster.gpu.memory_bandwidth_bytes_per_s
+    k = eff.kernel_overhead_s
+    m = 8 / 2
+    V = float(padded_vocab(50000, 1))
+    params = 2 * model.params_per_layer + V * 2048  # the tied matrix once
+    hp = m * (18.0 * params / bw + 3 * 2 * k)
+    accum = (m - 1) * (6.0 * params / bw + 3 * k)
+    assert with_flag - without == pytest.approx(hp - accum, rel=1e-6)
 
 
 def test_deepspeed_reduces_gradients_in_the_training_dtype():
