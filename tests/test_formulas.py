@@ -477,9 +477,11 @@ def test_rules_reject_uneven_ffn_and_unaligned_fp8():
     assert FP8_ALIGNMENT(ctx, b).tolist() == [True, True, True, False]
 
 
-def test_deepspeed_gradient_accumulation_traffic(monkeypatch):
-    # Megatron-DeepSpeed accumulates each micro-batch's gradient outside the GEMMs: 6 bytes per
-    # local parameter per micro-batch (fp16), plus the word embedding's zero-filled gradient.
+def _deepspeed_change_s(monkeypatch, par, *, tied: bool = False, **changes):
+    """Step time of a two-layer, vocabulary-50000 model on one A100 (8 sequences of 1024,
+    micro-batch 2: m = 4) under DeepSpeed's costs, minus the same with ``changes`` made to
+    them; and (m, V, parameters of the two layers, the memory-op bandwidth, kernel overhead).
+    """
     from dataclasses import replace
 
     from costmodel import calibration as C
@@ -487,29 +489,37 @@ def test_deepspeed_gradient_accumulation_traffic(monkeypatch):
     from costmodel.compute import padded_vocab
     from costmodel.hardware import default_cluster
     from costmodel.model import score
-    from costmodel.specs import ParallelConfig, TrainingSpec
+    from costmodel.specs import TrainingSpec
 
     model = ModelSpec(name="m", num_layers=2, hidden_size=2048, num_attention_heads=16,
-                      ffn_hidden_size=8192, vocab_size=50000)
+                      ffn_hidden_size=8192, vocab_size=50000, tied_embeddings=tied)
     cluster = default_cluster(1)
     training = TrainingSpec(seq_length=1024, global_batch_size=8, framework="deepspeed",
                             flash_attention=False)
-    batch = ConfigBatch.from_configs([ParallelConfig(micro_batch_size=2, precision="fp16")])
-    with_accum = score(model, cluster, training, batch).step_time_s[0]
-    monkeypatch.setitem(C.FRAMEWORKS, "deepspeed",
-                        replace(C.FRAMEWORKS["deepspeed"], grad_accum_bytes=0.0))
-    without = score(model, cluster, training, batch).step_time_s[0]
+    batch = ConfigBatch.from_configs([par])
+    before = score(model, cluster, training, batch).step_time_s[0]
+    monkeypatch.setitem(C.FRAMEWORKS, "deepspeed", replace(C.FRAMEWORKS["deepspeed"], **changes))
+    after = score(model, cluster, training, batch).step_time_s[0]
     eff = C.efficiency_for(80)
     bw = eff.memory * cluster.gpu.memory_bandwidth_bytes_per_s
-    m = 8 / 2
-    V = float(padded_vocab(50000, 1))
+    consts = (8 / par.micro_batch_size, float(padded_vocab(50000, 1)),
+              2 * model.params_per_layer, bw, eff.kernel_overhead_s)
+    return before - after, consts
+
+
+def test_deepspeed_gradient_accumulation_traffic(monkeypatch):
+    # Megatron-DeepSpeed accumulates each micro-batch's gradient outside the GEMMs: 6 bytes per
+    # local parameter per micro-batch (fp16), plus the word embedding's zero-filled gradient.
+    from costmodel.specs import ParallelConfig
+
+    delta, (m, V, layers, bw, k) = _deepspeed_change_s(
+        monkeypatch, ParallelConfig(micro_batch_size=2, precision="fp16"), grad_accum_bytes=0.0)
     # accumulation on every micro-batch but the first (the first hands its gradient over),
     # one kernel per layer, embedding and output layer; the embedding's zero-fill every time
-    accum = (6.0 * 2 * model.params_per_layer + 6.0 * V * 2048 + 6.0 * V * 2048) / bw
+    accum = (6.0 * layers + 6.0 * V * 2048 + 6.0 * V * 2048) / bw
     zero = 2.0 * V * 2048 / bw
-    k = eff.kernel_overhead_s
     expected = (m - 1) * (accum + 4 * k) + m * (zero + k)
-    assert with_accum - without == pytest.approx(expected, rel=1e-6)
+    assert delta == pytest.approx(expected, rel=1e-6)
 
 
 def test_bf16_optimizer_updates_fp32_gradients_every_micro_batch(monkeypatch):
@@ -518,35 +528,14 @@ def test_bf16_optimizer_updates_fp32_gradients_every_micro_batch(monkeypatch):
     # parameter and two kernels per layer, on every micro-batch (the bf16 gradients are
     # cleared before each backward, so autograd accumulates nothing). Without it (the ZeRO
     # optimizer's path) AccumulateGrad's 6 bytes on every micro-batch but the first.
-    from dataclasses import replace
+    from costmodel.specs import ParallelConfig
 
-    from costmodel import calibration as C
-    from costmodel.batch import ConfigBatch
-    from costmodel.compute import padded_vocab
-    from costmodel.hardware import default_cluster
-    from costmodel.model import score
-    from costmodel.specs import ParallelConfig, TrainingSpec
-
-    model = ModelSpec(name="m", num_layers=2, hidden_size=2048, num_attention_heads=16,
-                      ffn_hidden_size=8192, vocab_size=50000)
-    cluster = default_cluster(1)
-    training = TrainingSpec(seq_length=1024, global_batch_size=8, framework="deepspeed",
-                            flash_attention=False)
-    batch = ConfigBatch.from_configs([ParallelConfig(micro_batch_size=2, precision="bf16",
-                                                     zero_stage=1)])
-    bf16_opt = score(model, cluster, training, batch).step_time_s[0]
-    monkeypatch.setitem(C.FRAMEWORKS, "deepspeed",
-                        replace(C.FRAMEWORKS["deepspeed"], bf16_fp32_grads=False))
-    zero_opt = score(model, cluster, training, batch).step_time_s[0]
-    eff = C.efficiency_for(80)
-    bw = eff.memory * cluster.gpu.memory_bandwidth_bytes_per_s
-    k = eff.kernel_overhead_s
-    m = 8 / 2
-    V = float(padded_vocab(50000, 1))
-    params = 2 * model.params_per_layer + 2 * V * 2048  # two layers, embedding, output layer
+    par = ParallelConfig(micro_batch_size=2, precision="bf16", zero_stage=1)
+    delta, (m, V, layers, bw, k) = _deepspeed_change_s(monkeypatch, par, bf16_fp32_grads=False)
+    params = layers + 2 * V * 2048  # two layers, embedding, output layer
     hp = m * (18.0 * params / bw + 4 * 2 * k)
     accum = (m - 1) * (6.0 * params / bw + 4 * k)
-    assert bf16_opt - zero_opt == pytest.approx(hp - accum, rel=1e-6)
+    assert delta == pytest.approx(hp - accum, rel=1e-6)
 
 
 @pytest.mark.parametrize("zero", [1, 2])
@@ -555,38 +544,18 @@ def test_bf16_optimizer_update_with_tied_embeddings_and_zero(monkeypatch, zero):
     # fp32 update; autograd adds the output layer's gradient into the embedding's within
     # every backward (6 bytes), with or without BF16_Optimizer. At ZeRO 2 DeepSpeed runs its
     # ZeRO optimizer for bf16 too: no BF16_Optimizer update, whatever the framework flag.
-    from dataclasses import replace
+    from costmodel.specs import ParallelConfig
 
-    from costmodel import calibration as C
-    from costmodel.batch import ConfigBatch
-    from costmodel.compute import padded_vocab
-    from costmodel.hardware import default_cluster
-    from costmodel.model import score
-    from costmodel.specs import ParallelConfig, TrainingSpec
-
-    model = ModelSpec(name="m", num_layers=2, hidden_size=2048, num_attention_heads=16,
-                      ffn_hidden_size=8192, vocab_size=50000, tied_embeddings=True)
-    cluster = default_cluster(1)
-    training = TrainingSpec(seq_length=1024, global_batch_size=8, framework="deepspeed",
-                            flash_attention=False)
-    batch = ConfigBatch.from_configs([ParallelConfig(micro_batch_size=2, precision="bf16",
-                                                     zero_stage=zero)])
-    with_flag = score(model, cluster, training, batch).step_time_s[0]
-    monkeypatch.setitem(C.FRAMEWORKS, "deepspeed",
-                        replace(C.FRAMEWORKS["deepspeed"], bf16_fp32_grads=False))
-    without = score(model, cluster, training, batch).step_time_s[0]
+    par = ParallelConfig(micro_batch_size=2, precision="bf16", zero_stage=zero)
+    delta, (m, V, layers, bw, k) = _deepspeed_change_s(monkeypatch, par, tied=True,
+                                                       bf16_fp32_grads=False)
     if zero == 2:
-        assert with_flag == without
+        assert delta == 0.0
         return
-    eff = C.efficiency_for(80)
-    bw = eff.memory * cluster.gpu.memory_bandwidth_bytes_per_s
-    k = eff.kernel_overhead_s
-    m = 8 / 2
-    V = float(padded_vocab(50000, 1))
-    params = 2 * model.params_per_layer + V * 2048  # the tied matrix once
+    params = layers + V * 2048  # the tied matrix once
     hp = m * (18.0 * params / bw + 3 * 2 * k)
     accum = (m - 1) * (6.0 * params / bw + 3 * k)
-    assert with_flag - without == pytest.approx(hp - accum, rel=1e-6)
+    assert delta == pytest.approx(hp - accum, rel=1e-6)
 
 
 def test_deepspeed_reduces_gradients_in_the_training_dtype():
@@ -906,37 +875,23 @@ def test_step_gradient_copy_is_not_held_with_the_activations():
     assert mem["gradients"] == pytest.approx(2.0 * psi, rel=1e-3)  # no fp32 copy in it
     assert big.observed_memory_bytes[0] == pytest.approx(
         big.peak_memory_bytes[0] + 4.0 * psi, rel=1e-3)
-    small = _score_one(model, par, 1, seq=64, gbs=8, framework="deepspeed")
-    mem = {k: float(v[0]) for k, v in small.memory_breakdown_bytes.items()}
-    assert mem["activations"] == 0.0 and mem["logits"] == 0.0  # the step is the peak
-    assert mem["gradients"] == pytest.approx(6.0 * psi, rel=1e-3)
-    assert small.peak_memory_bytes[0] <= small.observed_memory_bytes[0]
-
-
-def test_nvidia_smi_reading_stops_at_the_gpu_memory():
-    # the step's fp32 copy on top of the backward's cached blocks would pass 80 GiB, while
-    # each phase fits: the allocator frees its cache and retries, so nvidia-smi shows the
-    # whole GPU at most; below that the two still add up
-    from costmodel.specs import ParallelConfig
-
-    model = ModelSpec(name="m", num_layers=4, hidden_size=4096, num_attention_heads=32,
-                      ffn_hidden_size=16384, vocab_size=512)
-    psi = 4 * model.params_per_layer + 2 * 512 * 4096 + 2 * 4096
-    par = ParallelConfig(tp=1, pp=1, dp=1, micro_batch_size=8, precision="fp16",
-                         recompute="none", zero_stage=0)
     gib = 2.0**30
+    assert big.observed_memory_bytes[0] < 80 * gib
+    # where the sum would pass the GPU's 80 GiB while each phase fits, the allocator frees
+    # its cache and retries: nvidia-smi shows the whole GPU at most
     capped = _score_one(model, par, 1, seq=4352, gbs=8, framework="deepspeed")
     assert capped.peak_memory_bytes[0] < 80 * gib < capped.peak_memory_bytes[0] + 4.0 * psi
     assert capped.observed_memory_bytes[0] == pytest.approx(80 * gib, rel=1e-9)
-    below = _score_one(model, par, 1, seq=4096, gbs=8, framework="deepspeed")
-    assert below.observed_memory_bytes[0] == pytest.approx(
-        below.peak_memory_bytes[0] + 4.0 * psi, rel=1e-3)
-    assert below.observed_memory_bytes[0] < 80 * gib
     # an OOM configuration keeps its (larger) peak as the reading
     par16 = ParallelConfig(tp=1, pp=1, dp=1, micro_batch_size=16, precision="fp16",
                            recompute="none", zero_stage=0)
     oom = _score_one(model, par16, 1, seq=4096, gbs=16, framework="deepspeed")
     assert oom.observed_memory_bytes[0] == oom.peak_memory_bytes[0] > 80 * gib
+    small = _score_one(model, par, 1, seq=64, gbs=8, framework="deepspeed")
+    mem = {k: float(v[0]) for k, v in small.memory_breakdown_bytes.items()}
+    assert mem["activations"] == 0.0 and mem["logits"] == 0.0  # the step is the peak
+    assert mem["gradients"] == pytest.approx(6.0 * psi, rel=1e-3)
+    assert small.peak_memory_bytes[0] <= small.observed_memory_bytes[0]
 
 
 @pytest.mark.parametrize(("layers", "hidden", "copies"), [
