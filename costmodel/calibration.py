@@ -145,13 +145,14 @@ class FrameworkCosts:
     ``reduce_bucket_bytes`` / ``gather_bucket_bytes``: the gradient-reduce and parameter
     all-gather buckets the engine allocates (DeepSpeed reduce_bucket_size and
     allgather_bucket_size, 5e8 elements each by default, in 16-bit). BF16_Optimizer has no
-    reduce bucket: it reduces its fp32 buffer through a cast (model._reduce_copy_bytes). ``bf16_fp32_grads``: DeepSpeed's BF16_Optimizer (bf16 weights, ZeRO 0/1) accumulates
+    reduce bucket: it reduces its fp32 buffer through a cast (model._reduce_copy_bytes).
+    ``bf16_fp32_grads``: DeepSpeed's BF16_Optimizer (bf16 weights, ZeRO 0/1) accumulates
     gradients in an unsharded fp32 buffer besides the bf16 gradients (+2 bytes per parameter
     over Megatron), and the all-reduce casts that buffer to ``grad_comm_bytes`` after the
-    backward (a transient copy, model._reduce_copy_bytes). ``zero_grad16``: DeepSpeed's ZeRO optimizer (and FP16_Optimizer) keeps
-    16-bit gradients and casts the local gradient partition to fp32 for the step: 2 bytes of
-    16-bit gradient per parameter plus 4 of fp32 gradient sharded from ZeRO-1 on, beside the
-    12 optimizer bytes (DeepSpeed's own estimators, cost-model.md 4.3; model._gradient_bytes).
+    backward (a transient copy, model._reduce_copy_bytes). ``zero_grad16``: DeepSpeed's ZeRO
+    optimizer (and FP16_Optimizer) keeps 16-bit gradients and casts the local gradient
+    partition to fp32 for the step: 2 bytes of 16-bit gradient per parameter plus 4 of fp32
+    gradient sharded from ZeRO-1 on, beside the 12 optimizer bytes (DeepSpeed's own estimators, cost-model.md 4.3; model._gradient_bytes).
     ``collective_s``: rendezvous cost of each blocking TP collective (the ranks' launch skew).
     ``loss_bytes_per_logit`` / ``grad_accum_bytes``: HBM traffic of an unfused cross entropy
     and of gradient accumulation outside the GEMMs (Megatron-DeepSpeed; derived byte counts,

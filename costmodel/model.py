@@ -460,8 +460,8 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     # into param.grad; the first micro-batch of a step only hands it over, so score() charges
     # it (m - 1) / m per micro-batch)
     has_accum = fw.grad_accum_bytes > 0
-    accum_bytes = fw.grad_accum_bytes
-    layer_accum = memop(accum_bytes * float(model.params_per_layer) / t) if has_accum else 0.0
+    layer_accum = (memop(fw.grad_accum_bytes * float(model.params_per_layer) / t)
+                   if has_accum else 0.0)
     # BF16_Optimizer (DeepSpeed 0.6.3 bf16_optimizer.update_hp_grads, after every
     # micro-batch's backward; the bf16 gradients are set to None before each backward, so
     # autograd accumulates nothing): cast each bf16 gradient to fp32 (r2 w4) and add it into
@@ -544,7 +544,7 @@ def _layer_terms(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, 
     emb_accum = head_accum = emb_hp = 0.0
     if has_accum:
         emb_b = emb_b + memop(2.0 * V * h / t)
-        emb_accum = memop(accum_bytes * V * h / t)
+        emb_accum = memop(fw.grad_accum_bytes * V * h / t)
         head_accum = emb_accum
     if fw.bf16_fp32_grads:
         emb_hp = memop(HP_GRAD_UPDATE_BYTES * V * h / t, 2.0)
