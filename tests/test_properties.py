@@ -249,10 +249,12 @@ def _optimizer_switch_bytes(v: Valid, j: int) -> float:
     bucket (with its share of the allocator's reserve) a small model's sharded gradients may
     not pay back."""
     from costmodel.calibration import FRAMEWORKS, efficiency_for
+    from costmodel.model import uses_bf16_optimizer
 
     fw = FRAMEWORKS[v.combo.training.framework]
-    if not (fw.bf16_fp32_grads and v.batch.zero_stage[j] == 1
-            and PRECISIONS[v.batch.precision[j]] in ("bf16", "fp8")):
+    # ZeRO 1 -> 2 is the only step that leaves BF16_Optimizer (0 -> 1 keeps it)
+    if not (v.batch.zero_stage[j] == 1
+            and uses_bf16_optimizer(fw, v.batch.precision[j], v.batch.zero_stage[j])):
         return 0.0
     f = efficiency_for(v.combo.cluster.gpu.compute_capability).allocator_fraction
     return fw.reduce_bucket_bytes / (1.0 - f)
