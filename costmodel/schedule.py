@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-GPIPE, ONE_F_ONE_B, INTERLEAVED = 0, 1, 2
+from costmodel.specs import Schedule
+
+GPIPE, ONE_F_ONE_B, INTERLEAVED = Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED
 
 
 def bubble_share(pp, m, virtual_stages=1) -> np.ndarray:

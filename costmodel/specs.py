@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
+from enum import IntEnum
 from typing import Any
 
 from costmodel.errors import InputError, did_you_mean
@@ -17,6 +18,34 @@ from costmodel.errors import InputError, did_you_mean
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+
+
+class Precision(IntEnum):
+    """Codes of ``ConfigBatch.precision``: indexes into :data:`PRECISIONS`."""
+
+    FP32 = 0
+    TF32 = 1
+    FP16 = 2
+    BF16 = 3
+    FP8 = 4
+
+
+class Recompute(IntEnum):
+    """Codes of ``ConfigBatch.recompute``: indexes into :data:`RECOMPUTE`."""
+
+    NONE = 0
+    SELECTIVE = 1
+    FULL = 2
+
+
+class Schedule(IntEnum):
+    """Codes of ``ConfigBatch.schedule``: indexes into :data:`SCHEDULES`."""
+
+    GPIPE = 0
+    ONE_F_ONE_B = 1
+    INTERLEAVED = 2
+
+
 NCCL_ALGOS: tuple[str, ...] = ("auto", "ring", "tree", "nvls", "nvlstree", "collnet", "pat")
 NCCL_PROTOS: tuple[str, ...] = ("auto", "simple", "ll", "ll128")
 INTRA_FABRICS: tuple[str, ...] = ("nvswitch", "nvlink", "pcie")
