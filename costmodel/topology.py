@@ -93,7 +93,7 @@ from typing import Any
 
 import networkx as nx
 
-from costmodel.errors import InputError, did_you_mean
+from costmodel.errors import InputError, check_nesting, did_you_mean
 from costmodel.specs import ClusterSpec, GPUSpec, InterNodeSpec, IntraNodeSpec
 
 __all__ = [
@@ -367,6 +367,7 @@ def _graph_from_data(data: Mapping[str, Any]) -> nx.Graph:
     f = "cluster.graph"
     if not isinstance(data, Mapping):
         raise InputError(f, f"must be a node-link mapping, got {type(data).__name__}")
+    check_nesting(f, data)  # node ids are read recursively (_ident, _valid_id)
     if data.get("directed", False):
         raise InputError(f"{f}.directed", "must be false: links are bidirectional, their "
                                           "bandwidth is one direction")
