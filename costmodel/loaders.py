@@ -666,8 +666,8 @@ def _inter_from_mapping(data: Any, default: InterNodeSpec, field: str) -> InterN
                          oversubscription=over, latency_s=lat)
 
 
-_CLUSTER_KEYS = ("name", "preset", "num_nodes", "gpus_per_node", "gpu", "intra_node",
-                 "inter_node", "calibration", "source")
+_CLUSTER_KEYS = ("name", "preset", "num_nodes", "gpus_per_node", "gpus_per_domain", "gpu",
+                 "intra_node", "inter_node", "calibration", "source")
 
 
 def _is_graph(data: Mapping[str, Any]) -> bool:
@@ -694,7 +694,12 @@ def cluster_from_mapping(data: Mapping[str, Any], *, default_gpus: int | None = 
     ``preset: <name>`` starts from a preset; ``gpu`` (catalog key or inline mapping) is
     otherwise required. Omitted ``intra_node``/``inter_node`` keys default to the preset's or
     the GPU's DGX-like fabric (:func:`costmodel.hardware.default_node_fabric`). Without
-    ``num_nodes``, the node count comes from ``default_gpus`` (else 1)."""
+    ``num_nodes``, the node count comes from ``default_gpus`` (else 1).
+
+    ``gpus_per_domain`` (optional integer): GPUs per NVLink domain, a whole number of hosts
+    on an NVSwitch fabric (a GB200 NVL72 rack: ``gpus_per_node: 4``, ``gpus_per_domain:
+    72``); default one host, or the preset's. Group geometry reports hosts and domains; links
+    between hosts are still priced on the NICs (:class:`costmodel.specs.ClusterSpec`)."""
     data = _mapping(field, data)
     _check_keys(field, data, _CLUSTER_KEYS)
     base: ClusterSpec | None = None
@@ -724,6 +729,9 @@ def cluster_from_mapping(data: Mapping[str, Any], *, default_gpus: int | None = 
         per_node = _num(f"{field}.gpus_per_node", data["gpus_per_node"], integer=True)
     else:
         per_node = base.gpus_per_node if base is not None else 8
+    per_domain = base.gpus_per_domain if base is not None else None
+    if data.get("gpus_per_domain") is not None:
+        per_domain = _num(f"{field}.gpus_per_domain", data["gpus_per_domain"], integer=True)
     if "num_nodes" in data:
         nodes = _num(f"{field}.num_nodes", data["num_nodes"], integer=True)
         if strict and default_gpus is not None and nodes * per_node != default_gpus:
@@ -758,7 +766,7 @@ def cluster_from_mapping(data: Mapping[str, Any], *, default_gpus: int | None = 
     try:
         return ClusterSpec(name=name, num_nodes=nodes, gpus_per_node=per_node, gpu=gpu,
                            intra_node=intra, inter_node=inter, calibration=calibration,
-                           source=source)
+                           source=source, gpus_per_domain=per_domain)
     except InputError as e:
         raise _refield(e, "cluster", field) from None
 
