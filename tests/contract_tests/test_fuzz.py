@@ -358,3 +358,10 @@ def test_shared_yaml_aliases_are_not_expanded_by_the_depth_check():
     assert len(doc["a11"]) == 10
     with pytest.raises(InputError, match="levels deep"):  # a self-referencing alias
         loaders.parse_document("a: &x [*x]", field="x")
+
+
+@pytest.mark.parametrize("value", [None, 1, "x", 1.5, True, [], {}, (), [1, {"a": [2]}]])
+def test_nesting_check_accepts_shallow_values(value):
+    from costmodel.errors import check_nesting
+
+    check_nesting("x", value)
