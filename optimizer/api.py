@@ -78,12 +78,15 @@ def optimize(model: Any, gpus: int | None = None, *, cluster: Any = None,
              sampler: str = "auto", trials: int = 300, seed: int = 0, jobs: int = 1,
              batch_size: int = 32, space: Mapping[str, Any] | None = None,
              allow_cross_node_tp: bool = False, storage: str | None = None,
-             study_name: str | None = None, progress: bool = False) -> OptimizeResult:
+             study_name: str | None = None, progress: bool = False,
+             keep_cloud: bool = False) -> OptimizeResult:
     """Search the configuration space and return the Pareto front (contract.md section 3).
 
     ``training``: a :class:`TrainingSpec` or a mapping of its fields (``framework``,
     ``tp_comm_overlap``, ``flash_attention``, ...); ``seq_length`` / ``global_batch_size``
-    override the mapping's.
+    override the mapping's. ``keep_cloud``: the result also keeps a sample of the dominated
+    feasible configurations (``result.cloud``, the document's ``dominated``) for the HTML
+    report.
     """
     from optimizer import search
 
@@ -97,10 +100,27 @@ def optimize(model: Any, gpus: int | None = None, *, cluster: Any = None,
     outcome = search.run(problem, space=space, sampler=sampler, trials=trials, seed=seed,
                          jobs=jobs, batch_size=batch_size, storage=storage,
                          study_name=study_name, progress=progress)
-    return finish(problem, outcome, t0)
+    return finish(problem, outcome, t0, keep_cloud=keep_cloud)
 
 
-def finish(problem: Problem, outcome, t0: float) -> OptimizeResult:
+CLOUD_MAX = 1500  # dominated points kept for the HTML report's cloud
+
+
+def _cloud(problem: Problem, outcome, idx, front_idx) -> tuple:
+    """Up to CLOUD_MAX dominated feasible points: (tokens/s, peak bytes, short label)."""
+    from optimizer.output.report import short_label
+
+    scores = outcome.scores
+    rest = np.setdiff1d(idx, front_idx)
+    if len(rest) > CLOUD_MAX:
+        rest = rest[np.argsort(-scores.tokens_per_s[rest], kind="stable")]
+        rest = rest[np.linspace(0, len(rest) - 1, CLOUD_MAX).astype(int)]
+    return tuple((float(scores.tokens_per_s[i]), float(scores.peak_memory_bytes[i]),
+                  short_label(outcome.batch.config(int(i)).as_dict())) for i in rest)
+
+
+def finish(problem: Problem, outcome, t0: float, *, keep_cloud: bool = False
+           ) -> OptimizeResult:
     """Turn a search outcome into a result; raise InfeasibleError when nothing fits."""
     from optimizer.search.pareto import pareto_mask
 
@@ -119,10 +139,11 @@ def finish(problem: Problem, outcome, t0: float) -> OptimizeResult:
     front_idx = idx[mask]
     front_idx = front_idx[np.argsort(-scores.tokens_per_s[front_idx], kind="stable")]
     front = candidates_from(problem, outcome.batch, scores, front_idx)
+    cloud = _cloud(problem, outcome, idx, front_idx) if keep_cloud else ()
     stats["wall_s"] = round(time.perf_counter() - t0, 4)
     return OptimizeResult(problem, front, recommend(front, problem.memory_limit_bytes),
                           MappingProxyType(dict(outcome.search_info)),
-                          MappingProxyType(stats))
+                          MappingProxyType(stats), cloud)
 
 
 def _infeasible(problem: Problem, outcome, stats) -> InfeasibleError:

@@ -12,9 +12,10 @@ from optimizer.cli.options import main_parser
 from optimizer.studies import load_study_file, report_study, run_study
 
 _DEFINITION_FLAGS = ("model", "gpus", "cluster", "seq_length", "global_batch_size",
-                     "memory_limit_gib", "framework")
+                     "memory_limit_gib", "framework", "batch_size", "tokens",
+                     "gpu_hour_cost")
 _DEFAULTED_FLAGS = ("gpu", "gpus_per_node", "memory_fraction", "sampler", "trials", "seed",
-                    "batch_size", "allow_cross_node_tp", "tp_comm_overlap")
+                    "trials_per_batch", "allow_cross_node_tp", "tp_comm_overlap")
 
 
 def _check_no_definition_flags(args: argparse.Namespace) -> None:

@@ -12,7 +12,7 @@ from optimizer.output.tables import fmt_table
 GIB = 1024**3
 
 FRONT_COLUMNS = ("#", "tp", "pp", "dp", "mbs", "m", "schedule", "recompute", "SP", "ZeRO",
-                 "prec", "NCCL", "tokens/s", "MFU", "step s", "peak GiB", "bottleneck")
+                 "prec", "NCCL", "tokens/s", "tok/s/GPU", "MFU", "step s", "peak GiB", "bottleneck")
 
 
 def _schedule(cfg: dict[str, Any]) -> str:
@@ -27,24 +27,48 @@ def _nccl(cfg: dict[str, Any]) -> str:
     return f"{cfg['nccl_algo']}/{cfg['nccl_proto']}"
 
 
-def front_rows(doc: dict[str, Any]) -> list[list[str]]:
+def short_label(cfg: dict[str, Any]) -> str:
+    """One line naming a configuration: tp4 pp4 dp64 mbs2 interleaved/4 full SP Z1 bf16."""
+    parts = [f"tp{cfg['tp']}", f"pp{cfg['pp']}", f"dp{cfg['dp']}",
+             f"mbs{cfg['micro_batch_size']}", _schedule(cfg), f"rc:{cfg['recompute']}",
+             "SP" if cfg["sequence_parallel"] else "noSP", f"Z{cfg['zero_stage']}",
+             cfg["precision"]]
+    if _nccl(cfg) != "auto":
+        parts.append(_nccl(cfg))
+    return " ".join(parts)
+
+
+def front_rows(doc: dict[str, Any], top_k: int = 0) -> list[list[str]]:
     from optimizer.output.diagnose import main_bottleneck
 
     rows = []
+    gpus = doc["inputs"]["cluster"]["num_gpus"]
     for i, p in enumerate(doc["pareto_front"]):
+        if top_k and i >= top_k and i != doc["recommended"]:
+            continue
         c, m = p["config"], p["metrics"]
         mark = "*" if i == doc["recommended"] else ""
         rows.append([f"{i}{mark}", str(c["tp"]), str(c["pp"]), str(c["dp"]),
                      str(c["micro_batch_size"]), str(m["microbatches_per_step"]),
                      _schedule(c), c["recompute"], "y" if c["sequence_parallel"] else "-",
                      str(c["zero_stage"]), c["precision"], _nccl(c),
-                     f"{m['tokens_per_s']:,.0f}", f"{m['mfu']:.3f}",
+                     f"{m['tokens_per_s']:,.0f}", f"{m['tokens_per_s'] / gpus:,.0f}",
+                     f"{m['mfu']:.3f}",
                      f"{m['step_time_s']:.3f}", f"{m['peak_memory_bytes'] / GIB:.1f}",
                      main_bottleneck(m)])
     return rows
 
 
-def render_front(doc: dict[str, Any]) -> str:
+def defaults_line(inp: dict[str, Any]) -> str:
+    """Where the training defaults came from (the CLI records it in inputs.defaults_from)."""
+    origin = inp.get("defaults_from")
+    if not origin:
+        return ""
+    return "defaults: " + "; ".join(f"{k.replace('_', ' ')} from {v}"
+                                    for k, v in origin.items()) + "\n"
+
+
+def render_front(doc: dict[str, Any], top_k: int = 0) -> str:
     """The whole human report of ``optimize``: front table, recommendation, launch flags."""
     inp = doc["inputs"]
     st = doc["stats"]
@@ -57,9 +81,12 @@ def render_front(doc: dict[str, Any]) -> str:
             f"{inp['memory_limit_bytes'] / GIB:.1f} GiB/GPU\n"
             f"sampler {st['sampler']}: {st['configs_evaluated']:,} configurations scored "
             f"({st['valid_space_size']:,} valid, {st['configs_feasible']:,} fit in memory), "
-            f"Pareto front of {len(doc['pareto_front'])} in {st.get('wall_s', 0):.2f} s\n\n")
-    table = fmt_table(FRONT_COLUMNS, front_rows(doc),
-                       "Pareto front: tokens/s vs peak memory (* = recommended)")
+            f"Pareto front of {len(doc['pareto_front'])} in {st.get('wall_s', 0):.2f} s\n"
+            + defaults_line(inp) + "\n")
+    n = len(doc["pareto_front"])
+    shown = (f", the {top_k} fastest of {n} shown (--top-k)" if top_k and top_k < n else "")
+    table = fmt_table(FRONT_COLUMNS, front_rows(doc, top_k),
+                       f"Pareto front: tokens/s vs peak memory (* = recommended{shown})")
     return head + table + "\n" + render_recommendation(doc)
 
 
