@@ -3,7 +3,7 @@
 For each problem (65b/16, 13b/32, 175b/128 on A100-80GB nodes, default space and limit) it
 prints the hypervolume of the exact front (exhaustive enumeration) and, per sampler and seed,
 the ratio hypervolume(sampler's front) / hypervolume(exact front), with wall times.
-Hypervolume: :func:`optimizer.pareto.hypervolume_2d` over the feasible points, reference point
+Hypervolume: :func:`optimizer.search.pareto.hypervolume_2d` over the feasible points, reference point
 (throughput 0, memory = the memory limit). Target: TPE with 300 trials >= 0.99.
 
 Then the whole-process wall time of ``optimize --model 175b --gpus 1024 --sampler exhaustive``
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from optimizer import search  # noqa: E402
 from optimizer.api import resolve_problem  # noqa: E402
-from optimizer.pareto import hypervolume_2d  # noqa: E402
+from optimizer.search.pareto import hypervolume_2d  # noqa: E402
 
 PROBLEMS = (("65b", 16), ("13b", 32), ("175b", 128))
 CLI_RUNS = (("175b", 1024, ["--sampler", "exhaustive"]), ("65b", 16, []))

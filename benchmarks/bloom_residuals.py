@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from costmodel.schedule import stage_layers  # noqa: E402
-from optimizer.validate import (  # noqa: E402
+from optimizer.validation.published import (  # noqa: E402
     _score_group,
     collect_runs,
     group_sweeps,

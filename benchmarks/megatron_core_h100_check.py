@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from optimizer import validate as V  # noqa: E402
+from optimizer.validation import published as V  # noqa: E402
 
 GROUP = "megatron_core_h100_weak_scaling"
 

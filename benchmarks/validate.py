@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """The cost model against published training runs (issue 3): a thin wrapper around
-:func:`optimizer.validate.main`, the same as ``optimize validate``.
+:func:`optimizer.cli.validate.main`, the same as ``optimize validate``.
 
     python benchmarks/validate.py [--data DIR] [--json] [--check] [--verbose] [--worst N]
 
@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from costmodel.errors import InputError  # noqa: E402
-from optimizer.validate import main  # noqa: E402
+from optimizer.cli.validate import main  # noqa: E402
 
 if __name__ == "__main__":
     try:

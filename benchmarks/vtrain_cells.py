@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from optimizer import validate as V  # noqa: E402
+from optimizer.validation import published as V  # noqa: E402
 
 
 def cell(r) -> tuple[int, int, int]:

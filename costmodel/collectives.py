@@ -741,6 +741,158 @@ CANDIDATE_PAIRS: dict[str, tuple[tuple[int, int], ...]] = {
 
 
 # ---- the tuning model, vectorised over communicator geometries (nccl.md §3) -------------------
+class _Geometries:
+    """What every pair's formula reads, for arrays of valid geometries (``n`` ranks over
+    ``nn`` nodes): :func:`_pair_tables` builds it once per call."""
+
+    def __init__(self, sys: NcclSystem, coll: str, n: np.ndarray, nn: np.ndarray) -> None:
+        self.sys, self.coll = sys, coll
+        self.ar = coll == "allreduce"
+        self.agrs = coll in ("allgather", "reducescatter")
+        self.nf = nf = n.astype(np.float64)
+        nnf = nn.astype(np.float64)
+        self.nn = nn
+        self.ppn = ppn = n // nn
+        self.ppnf = ppn.astype(np.float64)
+        self.scale = scale = np.minimum(nn - 1, 2)
+        self.multi = multi = nn > 1
+        self.le2 = nn <= 2
+        self.arch = arch = sys.arch_index
+        self.log2n = np.floor(np.log2(nnf))
+        self.nsteps = 2.0 * (nf - 1.0) if self.ar else (nf - 1.0 if self.agrs else nf)
+        self.ninter = np.where(multi, 2.0 * (nnf - 1.0) if self.ar else nnf - 1.0, 0.0)
+        row = _NVLINK if sys.nvlink_intra else _PCI
+        vendor_row = 1 if sys.cpu_vendor == "amd" else 0
+        self.llmax = np.where(multi, LL_MAX_BW_GBPS[vendor_row][scale], LL_MAX_BW_GBPS[arch, 0])
+        self.li = sys.net_latency_s / _S_PER_US
+        self.ppn1 = ppn == 1
+        self.hw_intra = HW_LAT_US[row].copy()
+        if sys.cpu_vendor == "power" and row == _PCI:
+            self.hw_intra[TREE, SIMPLE] = HW_LAT_US[_PCI, RING, SIMPLE]
+
+    def graph(self, pattern: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(channels, intra bandwidth, inter bandwidth) of a search pattern's graph."""
+        g = self.sys._graphs[pattern][:, self.scale, self.ppn]
+        return g[0], g[1], g[2]
+
+    def inter_lat(self, a: int, p: int) -> np.ndarray:
+        net = np.where(self.ppn1, HW_LAT_US[_NET, TREE, p], HW_LAT_US[_NET, a, p])
+        return net + self.li + (self.li if p == SIMPLE else 0.0)
+
+
+_Pair = tuple[np.ndarray, np.ndarray, np.ndarray]  # latency (µs), bandwidth (GB/s), runs
+
+
+def _ring(g: _Geometries, p: int, nch: np.ndarray, bus: np.ndarray) -> _Pair:
+    arch, scale, sys = g.arch, g.scale, g.sys
+    hw_intra, multi, nsteps = g.hw_intra, g.multi, g.nsteps
+    if p == LL:
+        bus = np.minimum(g.llmax, 0.5 * bus)
+    elif p == LL128:
+        bus = np.minimum(0.92 * bus, nch * PER_CH_MAX_RING_LL128_BW_GBPS[arch][scale])
+    b = bus * g.nf / nsteps
+    if g.coll in ("broadcast", "reduce"):
+        hop = np.where(multi, HW_LAT_US[_NET, RING, p], hw_intra[RING, p])
+        if sys.same_channels:
+            lt = BASE_LAT_US[RING, p] + hop
+        else:
+            tree_s = np.where(multi, HW_LAT_US[_NET, TREE, SIMPLE], hw_intra[TREE, SIMPLE])
+            lt = BASE_LAT_US[RING, p] + nsteps * (tree_s if p == SIMPLE else hop)
+    else:
+        ov = np.where(multi, sys.net_overhead_us * (3.0 if p == SIMPLE else 1.0), 0.0)
+        lt = (BASE_LAT_US[RING, p] + (nsteps - g.ninter) * np.maximum(hw_intra[RING, p], ov)
+              + g.ninter * g.inter_lat(RING, p))
+    return lt, b, nch > 0
+
+
+def _tree(g: _Geometries, p: int, nch: np.ndarray, bus: np.ndarray) -> _Pair:
+    arch, scale = g.arch, g.scale
+    bus = np.minimum(0.92 * bus, nch * PER_CH_MAX_TREE_BW_GBPS[arch][scale])
+    if p == LL:
+        bus = np.minimum(bus / TREE_LL_DIVISOR, g.llmax)
+    elif p == LL128:
+        bus = np.minimum(bus * np.where(g.nn == 1, 7.0 / 9.0, 120.0 / 128.0),
+                         nch * PER_CH_MAX_TREE_LL128_BW_GBPS[arch][scale])
+    if g.sys.tree_simple_pattern:
+        bus = bus * 0.85
+    b = bus * 0.5
+    lt = BASE_LAT_US[TREE, p] + 2.0 * ((g.ppnf - 1.0) * g.hw_intra[TREE, p]
+                                       + g.log2n * g.inter_lat(TREE, p))
+    return lt, b, nch > 0
+
+
+def _pat(g: _Geometries, p: int, nch: np.ndarray, bus: np.ndarray) -> _Pair:
+    """AllGather/ReduceScatter at one rank per node, sm >= 60 (nccl.md §5.1)."""
+    b = bus * 0.75
+    lt = (BASE_LAT_US[PAT, p] + g.log2n * g.inter_lat(PAT, p) / PAT_NET_DIVISOR
+          + PAT_PER_RANK_US * g.nf)
+    ok = (nch > 0) & g.ppn1 & g.multi & (g.sys.compute_capability >= 60)
+    return lt, b, ok
+
+
+def _nvls(g: _Geometries, a: int, p: int) -> _Pair:
+    nch, bi, be = g.graph(2)
+    ok = nch >= 2
+    safe = np.where(ok, nch, 1.0)
+    eff = NVLS_EFFICIENCY[g.arch]
+    intra_bw = bi * eff * (safe - 1.0) / safe * (2.0 if g.ar else (g.ppnf - 1.0) / g.ppnf)
+    multi = g.multi
+    if a == NVLS:
+        bus = nch * np.minimum(intra_bw, be)
+        b = bus * g.nf / g.nsteps if g.ar else bus
+        lt = g.hw_intra[NVLS, p] + np.where(multi, g.inter_lat(NVLS, p), 0.0)
+        # NVLS across nodes needs CollNet (IB SHARP); AllGather/ReduceScatter there
+        # also need every node to have at most nHeads local ranks (nccl.md §3.3, §4).
+        ok = ok & (~multi | g.sys.collnet_enabled)
+        if not g.ar:
+            ok = ok & (g.ppn <= MAX_NVLS_ARITY) & (~multi | (g.ppn <= nch))
+    else:
+        inter_bw = be * np.where(g.le2, 2.0, 1.0)
+        bwc = np.minimum(np.minimum(intra_bw, inter_bw),
+                         PER_CH_MAX_NVLS_TREE_BW_GBPS[g.arch][g.scale])
+        b = nch * bwc * g.nf / g.nsteps
+        lt = g.hw_intra[NVLS_TREE, p] + 2.0 * g.log2n * g.inter_lat(NVLS_TREE, p)
+        ok = ok & multi
+    return lt, b, ok
+
+
+def _collnet(g: _Geometries, a: int, p: int) -> _Pair:
+    """CollNetDirect / CollNetChain (off unless collnet_enabled)."""
+    nch, bi, be = g.graph(3)
+    sys, ppn, ppnf = g.sys, g.ppn, g.ppnf
+    ok = (nch > 0) & g.multi & (ppn <= COLLNET_MAX_LOCAL_RANKS) & sys.collnet_enabled
+    safe = np.where(nch > 0, nch, 1.0)
+    if a == COLLNET_DIRECT:
+        ok = ok & (sys.intra_fabric == "nvswitch")
+        if g.agrs:
+            b = ppnf * np.minimum(bi, 0.9 * be)
+            ok = ok & (ppn <= nch)
+        else:
+            f = ppnf / safe
+            bus = nch * bi / (f - (f - 1.0) / 2.0)
+            if g.arch >= ARCHS.index("hopper"):
+                bus = bus * 0.85
+            b = bus * 0.5
+        lt = (2.0 * (np.minimum(1.0, ppnf - 1.0) * g.hw_intra[COLLNET_DIRECT, p]
+                     + COLLNET_DIRECT_ARITY_US * (ppnf - 1.0))
+              + g.inter_lat(COLLNET_DIRECT, p))
+    else:
+        b = nch * bi * 0.5
+        lt = 2.0 * (ppnf - 1.0) * g.hw_intra[COLLNET_CHAIN, p] + g.inter_lat(COLLNET_CHAIN, p)
+    return lt, b, ok
+
+
+def _pair(g: _Geometries, a: int, p: int) -> _Pair:
+    """Latency, bandwidth and where it runs, for one (algorithm, protocol) pair."""
+    if a in (RING, TREE, PAT):
+        nch, bi, be = g.graph(1 if a in (TREE, PAT) else 0)
+        bus = nch * np.where(g.le2, bi, be)
+        return {RING: _ring, TREE: _tree, PAT: _pat}[a](g, p, nch, bus)
+    if a in (NVLS, NVLS_TREE):
+        return _nvls(g, a, p)
+    return _collnet(g, a, p)
+
+
 def _pair_tables(sys: NcclSystem, coll: str, n: np.ndarray, nn: np.ndarray,
                  pairs: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
     """Stored latency L (µs) and algorithm bandwidth B (GB/s) for each pair and geometry.
@@ -748,124 +900,12 @@ def _pair_tables(sys: NcclSystem, coll: str, n: np.ndarray, nn: np.ndarray,
     ``n``, ``nn`` are int arrays (nRanks >= 2, nNodes) of valid geometries. Returns two
     ``(len(pairs), len(n))`` arrays; ``B == 0`` marks a pair NCCL cannot run there.
     """
-    ar = coll == "allreduce"
-    agrs = coll in ("allgather", "reducescatter")
-    nf = n.astype(np.float64)
-    nnf = nn.astype(np.float64)
-    ppn = n // nn
-    ppnf = ppn.astype(np.float64)
-    scale = np.minimum(nn - 1, 2)
-    multi = nn > 1
-    le2 = nn <= 2
-    arch = sys.arch_index
-    log2n = np.floor(np.log2(nnf))
-    nsteps = 2.0 * (nf - 1.0) if ar else (nf - 1.0 if agrs else nf)
-    ninter = np.where(multi, 2.0 * (nnf - 1.0) if ar else nnf - 1.0, 0.0)
-    row = _NVLINK if sys.nvlink_intra else _PCI
-    vendor_row = 1 if sys.cpu_vendor == "amd" else 0
-    llmax = np.where(multi, LL_MAX_BW_GBPS[vendor_row][scale], LL_MAX_BW_GBPS[arch, 0])
-    li = sys.net_latency_s / _S_PER_US
-    ppn1 = ppn == 1
-    graphs = sys._graphs
-
-    def graph(pattern: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        g = graphs[pattern][:, scale, ppn]
-        return g[0], g[1], g[2]
-
-    def inter_lat(a: int, p: int) -> np.ndarray:
-        net = np.where(ppn1, HW_LAT_US[_NET, TREE, p], HW_LAT_US[_NET, a, p])
-        return net + li + (li if p == SIMPLE else 0.0)
-
-    hw_intra = HW_LAT_US[row].copy()
-    if sys.cpu_vendor == "power" and row == _PCI:
-        hw_intra[TREE, SIMPLE] = HW_LAT_US[_PCI, RING, SIMPLE]
-
+    g = _Geometries(sys, coll, n, nn)
     lat = np.zeros((len(pairs), n.shape[0]))
     bw = np.zeros((len(pairs), n.shape[0]))
     zero = np.zeros(n.shape[0])
     for k, (a, p) in enumerate(pairs):
-        if a in (RING, TREE, PAT):
-            nch, bi, be = graph(1 if a in (TREE, PAT) else 0)
-            bus = nch * np.where(le2, bi, be)
-            ok = nch > 0
-            if a == RING:
-                if p == LL:
-                    bus = np.minimum(llmax, 0.5 * bus)
-                elif p == LL128:
-                    bus = np.minimum(0.92 * bus, nch * PER_CH_MAX_RING_LL128_BW_GBPS[arch][scale])
-                b = bus * nf / nsteps
-                if coll in ("broadcast", "reduce"):
-                    hop = np.where(multi, HW_LAT_US[_NET, RING, p], hw_intra[RING, p])
-                    if sys.same_channels:
-                        lt = BASE_LAT_US[RING, p] + hop
-                    else:
-                        tree_s = np.where(multi, HW_LAT_US[_NET, TREE, SIMPLE],
-                                          hw_intra[TREE, SIMPLE])
-                        lt = BASE_LAT_US[RING, p] + nsteps * (tree_s if p == SIMPLE else hop)
-                else:
-                    ov = np.where(multi, sys.net_overhead_us * (3.0 if p == SIMPLE else 1.0), 0.0)
-                    lt = (BASE_LAT_US[RING, p] + (nsteps - ninter) * np.maximum(hw_intra[RING, p], ov)
-                          + ninter * inter_lat(RING, p))
-            elif a == TREE:
-                bus = np.minimum(0.92 * bus, nch * PER_CH_MAX_TREE_BW_GBPS[arch][scale])
-                if p == LL:
-                    bus = np.minimum(bus / TREE_LL_DIVISOR, llmax)
-                elif p == LL128:
-                    bus = np.minimum(bus * np.where(nn == 1, 7.0 / 9.0, 120.0 / 128.0),
-                                     nch * PER_CH_MAX_TREE_LL128_BW_GBPS[arch][scale])
-                if sys.tree_simple_pattern:
-                    bus = bus * 0.85
-                b = bus * 0.5
-                lt = BASE_LAT_US[TREE, p] + 2.0 * ((ppnf - 1.0) * hw_intra[TREE, p]
-                                                   + log2n * inter_lat(TREE, p))
-            else:  # PAT: AllGather/ReduceScatter at one rank per node, sm >= 60 (nccl.md §5.1)
-                b = bus * 0.75
-                lt = (BASE_LAT_US[PAT, p] + log2n * inter_lat(PAT, p) / PAT_NET_DIVISOR
-                      + PAT_PER_RANK_US * nf)
-                ok = ok & ppn1 & multi & (sys.compute_capability >= 60)
-        elif a in (NVLS, NVLS_TREE):
-            nch, bi, be = graph(2)
-            ok = nch >= 2
-            safe = np.where(ok, nch, 1.0)
-            eff = NVLS_EFFICIENCY[arch]
-            intra_bw = bi * eff * (safe - 1.0) / safe * (2.0 if ar else (ppnf - 1.0) / ppnf)
-            if a == NVLS:
-                bus = nch * np.minimum(intra_bw, be)
-                b = bus * nf / nsteps if ar else bus
-                lt = hw_intra[NVLS, p] + np.where(multi, inter_lat(NVLS, p), 0.0)
-                # NVLS across nodes needs CollNet (IB SHARP); AllGather/ReduceScatter there
-                # also need every node to have at most nHeads local ranks (nccl.md §3.3, §4).
-                ok = ok & (~multi | sys.collnet_enabled)
-                if not ar:
-                    ok = ok & (ppn <= MAX_NVLS_ARITY) & (~multi | (ppn <= nch))
-            else:
-                inter_bw = be * np.where(le2, 2.0, 1.0)
-                bwc = np.minimum(np.minimum(intra_bw, inter_bw),
-                                 PER_CH_MAX_NVLS_TREE_BW_GBPS[arch][scale])
-                b = nch * bwc * nf / nsteps
-                lt = hw_intra[NVLS_TREE, p] + 2.0 * log2n * inter_lat(NVLS_TREE, p)
-                ok = ok & multi
-        else:  # CollNetDirect / CollNetChain (off unless collnet_enabled)
-            nch, bi, be = graph(3)
-            ok = (nch > 0) & multi & (ppn <= COLLNET_MAX_LOCAL_RANKS) & sys.collnet_enabled
-            safe = np.where(nch > 0, nch, 1.0)
-            if a == COLLNET_DIRECT:
-                ok = ok & (sys.intra_fabric == "nvswitch")
-                if agrs:
-                    b = ppnf * np.minimum(bi, 0.9 * be)
-                    ok = ok & (ppn <= nch)
-                else:
-                    f = ppnf / safe
-                    bus = nch * bi / (f - (f - 1.0) / 2.0)
-                    if arch >= ARCHS.index("hopper"):
-                        bus = bus * 0.85
-                    b = bus * 0.5
-                lt = (2.0 * (np.minimum(1.0, ppnf - 1.0) * hw_intra[COLLNET_DIRECT, p]
-                             + COLLNET_DIRECT_ARITY_US * (ppnf - 1.0))
-                      + inter_lat(COLLNET_DIRECT, p))
-            else:
-                b = nch * bi * 0.5
-                lt = 2.0 * (ppnf - 1.0) * hw_intra[COLLNET_CHAIN, p] + inter_lat(COLLNET_CHAIN, p)
+        lt, b, ok = _pair(g, a, p)
         lat[k] = lt + zero
         bw[k] = np.where(ok & (b > 0), b, 0.0)
     return lat, bw

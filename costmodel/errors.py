@@ -8,7 +8,7 @@ Anything else escaping to the CLI is a bug: exit 1.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 
 class ParaplanError(Exception):
@@ -59,3 +59,45 @@ def check_keys(section: str, data: dict, allowed: Iterable[str]) -> None:
         if key not in allowed:
             raise InputError(f"{section}.{key}" if section else str(key), "unknown key",
                              did_you_mean(str(key), allowed))
+
+
+#: Deepest nesting of lists and mappings an input document may have. paraplan's own formats
+#: need fewer than ten levels (a cluster graph: document -> nodes -> node -> id array); the
+#: bound keeps ``repr``, ``hash`` and the recursive validators far from Python's recursion
+#: limit (about 1,000 frames), which a hostile or broken document would otherwise reach.
+MAX_NESTING_DEPTH = 100
+
+
+def _child_name(path: str, key: object) -> str:
+    return f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}"
+
+
+def check_nesting(field: str, value: object, limit: int = MAX_NESTING_DEPTH) -> None:
+    """Raise :class:`InputError` when lists/tuples/mappings in ``value`` nest deeper than
+    ``limit`` levels (a scalar is depth 0, ``[1]`` depth 1).
+
+    Iterative (an explicit stack), so it is safe on any depth. The error names the path to
+    the first container beyond the limit, shortened to its first few steps.
+    """
+    stack: list[tuple[object, int, str, int]] = [(value, 0, field, 0)]
+    seen: dict[int, int] = {}  # id -> deepest level visited: YAML aliases share containers
+    while stack:
+        node, depth, path, steps = stack.pop()
+        if seen.get(id(node), -1) >= depth:
+            continue
+        seen[id(node)] = depth
+        if isinstance(node, Mapping):
+            items = list(node.items())
+        elif isinstance(node, list | tuple):
+            items = list(enumerate(node))
+        else:
+            continue
+        if depth >= limit:
+            raise InputError(path, f"is nested more than {limit} levels deep",
+                             "paraplan's documents need a few levels; is the file generated "
+                             "by mistake?")
+        for key, child in items:
+            if isinstance(child, Mapping | list | tuple):
+                # name at most four steps below ``field`` so the message stays short
+                name = _child_name(path, key) if steps < 4 else path
+                stack.append((child, depth + 1, name, steps + 1))

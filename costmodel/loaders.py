@@ -19,12 +19,19 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from costmodel.errors import InputError, check_keys, did_you_mean
+from costmodel.errors import (
+    MAX_NESTING_DEPTH,
+    InputError,
+    check_keys,
+    check_nesting,
+    did_you_mean,
+)
 from costmodel.hardware import (
     IB_LATENCY_S,
     NVLINK_LATENCY_S,
@@ -110,7 +117,18 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def parse_document(text: str, *, field: str, source: str = "<input>",
                    json_only: bool = False) -> Any:
-    """Parse YAML (a superset of the JSON we accept) or, with ``json_only``, strict JSON."""
+    """Parse YAML (a superset of the JSON we accept) or, with ``json_only``, strict JSON.
+
+    Lists and mappings may nest at most :data:`costmodel.errors.MAX_NESTING_DEPTH` levels
+    (an :class:`InputError` on ``field`` otherwise): deeper documents parse (libyaml has no
+    limit) but would make every later ``repr`` or recursive check hit Python's recursion
+    limit."""
+    doc = _parse(text, field=field, source=source, json_only=json_only)
+    check_nesting(field, doc)
+    return doc
+
+
+def _parse(text: str, *, field: str, source: str, json_only: bool) -> Any:
     if json_only:
         try:
             return json.loads(text, object_pairs_hook=_no_duplicate_keys,
@@ -129,7 +147,10 @@ def parse_document(text: str, *, field: str, source: str = "<input>",
     import yaml
 
     try:
+        _check_yaml_nesting(yaml, text, field, source)
         return yaml.load(text, Loader=_yaml_loader())  # a SafeLoader subclass
+    except InputError:
+        raise
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
@@ -143,6 +164,49 @@ def parse_document(text: str, *, field: str, source: str = "<input>",
         # they cannot convert (`!!timestamp x`, `!!float name`, `!!int ''`, `!!bool x`)
         raise InputError(field, f"{source}: invalid YAML: cannot read a tagged value "
                                 f"({type(e).__name__}: {e})") from None
+
+
+def _check_yaml_nesting(yaml: Any, text: str, field: str, source: str) -> None:
+    """Bound the nesting from the event stream before anything is built: libyaml's parser is
+    iterative, but PyYAML's composer recurses once per level (in C for the C loader, where
+    ~100,000 levels overflow the stack and crash the process; in Python otherwise). The error
+    names the path of keys/indices down to the offending level (its first four steps)."""
+    # one frame per open collection: [is_mapping, expecting_a_key, next_index, key, name]
+    stack: list[list[Any]] = []
+
+    def step() -> str:  # the name of the value that starts now, in its parent
+        if not stack:
+            return ""
+        top = stack[-1]
+        if top[0]:
+            top[1] = True  # a value follows its key; the next node is a key again
+            return f".{top[3]}"
+        top[2] += 1
+        return f"[{top[2] - 1}]"
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    for event in yaml.parse(text, Loader=loader):
+        if isinstance(event, yaml.CollectionEndEvent):
+            stack.pop()
+            continue
+        if not isinstance(event, yaml.NodeEvent):
+            continue
+        if stack and stack[-1][0] and stack[-1][1]:  # a mapping key
+            stack[-1][1] = False
+            stack[-1][3] = getattr(event, "value", "?")  # a complex key is not named
+            if not isinstance(event, yaml.CollectionStartEvent):
+                continue
+            name = ".?"
+        else:
+            name = step()
+        if isinstance(event, yaml.CollectionStartEvent):
+            stack.append([isinstance(event, yaml.MappingStartEvent), True, 0, "", name])
+            if len(stack) > MAX_NESTING_DEPTH:
+                path = field + "".join(f[4] for f in stack[1:5])
+                mark = event.start_mark
+                raise InputError(path, f"{source}: nested more than {MAX_NESTING_DEPTH} "
+                                       f"levels deep (line {mark.line + 1} column "
+                                       f"{mark.column + 1})")
 
 
 class _NotJsonNumber(Exception):
@@ -193,8 +257,18 @@ def _mapping(field: str, value: Any, what: str = "a mapping") -> dict[str, Any]:
     return {str(k): v for k, v in value.items()}
 
 
+_SHORT_REPR = reprlib.Repr()  # keyword arguments need Python 3.12
+_SHORT_REPR.maxlevel = 4
+
+
 def _short(value: Any) -> str:
-    text = repr(value)
+    """At most 60 characters of ``repr(value)``. A value nested more than 20 levels is shown
+    four levels deep (its plain ``repr`` would raise RecursionError past ~1,000 levels)."""
+    try:
+        check_nesting("", value, limit=20)
+        text = repr(value)
+    except InputError:
+        text = _SHORT_REPR.repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -438,6 +512,7 @@ def load_model(ref: str | Path | Mapping[str, Any] | ModelSpec, *,
     if isinstance(ref, ModelSpec):
         return ref
     if isinstance(ref, Mapping):
+        check_nesting("model", ref)
         return model_from_mapping(ref)
     if isinstance(ref, str):
         if resolve_model_name(ref) is not None:
@@ -591,8 +666,8 @@ def _inter_from_mapping(data: Any, default: InterNodeSpec, field: str) -> InterN
                          oversubscription=over, latency_s=lat)
 
 
-_CLUSTER_KEYS = ("name", "preset", "num_nodes", "gpus_per_node", "gpu", "intra_node",
-                 "inter_node", "calibration", "source")
+_CLUSTER_KEYS = ("name", "preset", "num_nodes", "gpus_per_node", "gpus_per_domain", "gpu",
+                 "intra_node", "inter_node", "calibration", "source")
 
 
 def _is_graph(data: Mapping[str, Any]) -> bool:
@@ -619,7 +694,12 @@ def cluster_from_mapping(data: Mapping[str, Any], *, default_gpus: int | None = 
     ``preset: <name>`` starts from a preset; ``gpu`` (catalog key or inline mapping) is
     otherwise required. Omitted ``intra_node``/``inter_node`` keys default to the preset's or
     the GPU's DGX-like fabric (:func:`costmodel.hardware.default_node_fabric`). Without
-    ``num_nodes``, the node count comes from ``default_gpus`` (else 1)."""
+    ``num_nodes``, the node count comes from ``default_gpus`` (else 1).
+
+    ``gpus_per_domain`` (optional integer): GPUs per NVLink domain, a whole number of hosts
+    on an NVSwitch fabric (a GB200 NVL72 rack: ``gpus_per_node: 4``, ``gpus_per_domain:
+    72``); default one host, or the preset's. Group geometry reports hosts and domains; links
+    between hosts are still priced on the NICs (:class:`costmodel.specs.ClusterSpec`)."""
     data = _mapping(field, data)
     _check_keys(field, data, _CLUSTER_KEYS)
     base: ClusterSpec | None = None
@@ -649,6 +729,9 @@ def cluster_from_mapping(data: Mapping[str, Any], *, default_gpus: int | None = 
         per_node = _num(f"{field}.gpus_per_node", data["gpus_per_node"], integer=True)
     else:
         per_node = base.gpus_per_node if base is not None else 8
+    per_domain = base.gpus_per_domain if base is not None else None
+    if data.get("gpus_per_domain") is not None:
+        per_domain = _num(f"{field}.gpus_per_domain", data["gpus_per_domain"], integer=True)
     if "num_nodes" in data:
         nodes = _num(f"{field}.num_nodes", data["num_nodes"], integer=True)
         if strict and default_gpus is not None and nodes * per_node != default_gpus:
@@ -683,7 +766,7 @@ def cluster_from_mapping(data: Mapping[str, Any], *, default_gpus: int | None = 
     try:
         return ClusterSpec(name=name, num_nodes=nodes, gpus_per_node=per_node, gpu=gpu,
                            intra_node=intra, inter_node=inter, calibration=calibration,
-                           source=source)
+                           source=source, gpus_per_domain=per_domain)
     except InputError as e:
         raise _refield(e, "cluster", field) from None
 
@@ -699,6 +782,7 @@ def _load_cluster(ref: Any, default_gpus: int | None, base_dir: Path | None,
     if isinstance(ref, ClusterSpec):
         cluster = ref
     elif isinstance(ref, Mapping):
+        check_nesting("cluster", ref)
         if _is_graph(ref):
             cluster = _cluster_from_graph(ref)
         else:
@@ -761,6 +845,7 @@ def load_run(ref: str | Path | Mapping[str, Any], *,
     count; a cluster without ``num_nodes`` is sized from it."""
     base = Path(base_dir) if base_dir is not None else None
     if isinstance(ref, Mapping):
+        check_nesting("run", ref)
         data = _mapping("run", ref)
     elif isinstance(ref, str | Path):
         path = expand_user(ref, "run")

@@ -321,8 +321,20 @@ class InterNodeSpec:
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """Homogeneous nodes of ``gpus_per_node`` GPUs. ``graph`` optionally replaces the short
-    form with an explicit networkx node-link topology (see :mod:`costmodel.topology`)."""
+    """Homogeneous hosts ("nodes") of ``gpus_per_node`` GPUs, grouped into NVLink domains, on
+    an inter-node fabric. ``graph`` optionally replaces the short form with an explicit
+    networkx node-link topology (see :mod:`costmodel.topology`).
+
+    Three levels, kept apart: the **host** (``gpus_per_node`` GPUs: one OS, one PCIe tree,
+    its NICs), the **NVLink domain** (``gpus_per_domain`` GPUs that reach each other over
+    NVLink; ``None``, the default, means one host -- every DGX/HGX system; a GB200/GB300 NVL72
+    rack is 18 hosts of 4 GPUs in one 72-GPU domain) and the **fabric** between domains
+    (``inter_node``). Ranks fill hosts in order and hosts fill domains in order; the last
+    domain may be partial (a job on 16 GPUs of an NVL72 rack is 4 hosts of one domain). A
+    domain spans whole hosts on an NVSwitch fabric. Group geometry reports hosts and domains
+    (:func:`costmodel.layout.group`); the link model (:mod:`costmodel.topology`,
+    :mod:`costmodel.collectives`) still prices every host-to-host hop on the NICs.
+    """
 
     name: str
     num_nodes: int
@@ -333,20 +345,55 @@ class ClusterSpec:
     graph_data: Mapping[str, Any] | None = None
     calibration: Mapping[str, float] | None = None
     source: str = ""
+    gpus_per_domain: int | None = None  # NVLink domain; None: one host (stored None if equal)
 
     def __post_init__(self) -> None:
         _set(self, "num_nodes", _int("cluster", "num_nodes", self.num_nodes))
         _set(self, "gpus_per_node", _int("cluster", "gpus_per_node", self.gpus_per_node))
         if not isinstance(self.gpu, GPUSpec):
             raise InputError("cluster.gpu", "must be a GPU catalog key or mapping")
+        if self.gpus_per_domain is not None:
+            _set(self, "gpus_per_domain", self._checked_domain())
 
     @property
     def num_gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
 
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs per NVLink domain (``gpus_per_node`` unless the cluster says otherwise)."""
+        return self.gpus_per_node if self.gpus_per_domain is None else self.gpus_per_domain
+
+    @property
+    def hosts_per_domain(self) -> int:
+        return self.domain_gpus // self.gpus_per_node
+
+    @property
+    def num_domains(self) -> int:
+        """NVLink domains the cluster's hosts touch (the last one may be partial)."""
+        return -(-self.num_nodes // self.hosts_per_domain)
+
     def __hash__(self) -> int:  # graph_data / calibration are mappings
         return hash((self.name, self.num_nodes, self.gpus_per_node, self.gpu.name,
-                     self.intra_node, self.inter_node))
+                     self.intra_node, self.inter_node, self.gpus_per_domain))
+
+    def _checked_domain(self) -> int | None:
+        """``gpus_per_domain``: whole hosts on an NVSwitch fabric; ``None`` for one host."""
+        f = "cluster.gpus_per_domain"
+        per_domain = _int("cluster", "gpus_per_domain", self.gpus_per_domain)
+        g = self.gpus_per_node
+        if per_domain % g:
+            raise InputError(f, f"{per_domain} is not a whole number of hosts of "
+                                f"gpus_per_node={g}",
+                             "an NVLink domain spans whole hosts (NVL72: 72 = 18 x 4)")
+        if per_domain == g:
+            return None
+        if self.intra_node.fabric != "nvswitch":
+            raise InputError(f, f"{per_domain} GPUs span {per_domain // g} hosts, which needs "
+                                f"an NVSwitch fabric; intra_node.fabric is "
+                                f"{self.intra_node.fabric!r}",
+                             "set intra_node.fabric: nvswitch or drop gpus_per_domain")
+        return per_domain
 
 
 # --------------------------------------------------------------------------------------------

@@ -44,6 +44,9 @@ what :func:`graph_to_data` writes) or ``"links"``, not both::
       ]
     }
 
+* ``graph``: optional ``name``, ``source`` and ``gpus_per_domain`` (GPUs per NVLink domain,
+  whole nodes; default one node: see :class:`costmodel.specs.ClusterSpec`; the graph's own
+  links still decide what a hop costs).
 * ``id``: a string, an integer or an array (arrays become tuples, so the output of
   :func:`graph_to_data` reads back).
 * ``kind``: one of :data:`NODE_KINDS`; may be omitted on a node that has a ``gpu`` attribute.
@@ -93,7 +96,8 @@ from typing import Any
 
 import networkx as nx
 
-from costmodel.errors import InputError, did_you_mean
+from costmodel.errors import InputError, check_nesting, did_you_mean
+from costmodel.layout import Layout, _offsets_and_starts, group_geometry, parse_axes
 from costmodel.specs import ClusterSpec, GPUSpec, InterNodeSpec, IntraNodeSpec
 
 __all__ = [
@@ -101,7 +105,7 @@ __all__ = [
     "GroupPath", "LayoutTopology", "NodeBandwidths",
     "build_graph", "cluster_from_graph", "graph_to_data",
     "rank_of", "rank_coords", "rank_location", "tp_group", "dp_group", "pp_group",
-    "pp_neighbours", "group_path", "layout_topology", "node_bandwidths",
+    "pp_neighbours", "group_path", "layout_group_path", "layout_topology", "node_bandwidths",
 ]
 
 NODE_KINDS: tuple[str, ...] = ("gpu", "nvswitch", "pcie_switch", "nic", "fabric")
@@ -134,7 +138,9 @@ class GroupPath:
     over the hops of the ring through the group in rank order, ``latency_s`` the largest hop
     latency, ``link`` the worst link class on any hop (:data:`LINK_TYPES`). A group of one rank
     has infinite bandwidth, no latency and link ``"local"``. In a :class:`LayoutTopology` each
-    field is the worst over all groups of that kind.
+    field is the worst over all groups of that kind. ``n_nodes``/``ranks_per_node`` count
+    hosts, ``n_domains``/``ranks_per_domain`` NVLink domains
+    (:class:`costmodel.layout.GroupGeometry`).
     """
 
     n_ranks: int
@@ -144,6 +150,10 @@ class GroupPath:
     bottleneck_bandwidth_bytes_per_s: float
     latency_s: float
     link: str
+    # NVLink domains (one host each unless ClusterSpec.gpus_per_domain says otherwise)
+    n_domains: int = 1
+    ranks_per_domain: int = 1
+    crosses_domains: bool = False
 
 
 @dataclass(frozen=True)
@@ -367,6 +377,7 @@ def _graph_from_data(data: Mapping[str, Any]) -> nx.Graph:
     f = "cluster.graph"
     if not isinstance(data, Mapping):
         raise InputError(f, f"must be a node-link mapping, got {type(data).__name__}")
+    check_nesting(f, data)  # node ids are read recursively (_ident, _valid_id)
     if data.get("directed", False):
         raise InputError(f"{f}.directed", "must be false: links are bidirectional, their "
                                           "bandwidth is one direction")
@@ -974,22 +985,61 @@ def _starts(engine: _Engine, candidates: Any) -> list[int]:
     return out
 
 
-def _layout(engine: _Engine, tp: int, pp: int, dp: int) -> LayoutTopology:
-    world = tp * pp * dp
-    if world > engine.g * engine.num_nodes:
-        raise InputError("parallel", f"tp*pp*dp = {tp}*{pp}*{dp} = {world} exceeds the "
-                                     f"cluster's {engine.g * engine.num_nodes} GPUs")
-    step = tp * dp
-    out = []
-    for size, stride, starts, ring in (
-            (tp, 1, range(0, world, tp), True),
-            (dp, tp, (t + step * p for p in range(pp) for t in range(tp)), True),
-            (pp, step, range(step), False)):
-        acc = _Worst()
-        for s in _starts(engine, starts):
-            _score(engine, range(s, s + stride * size, stride), acc, ring=ring)
-        out.append(acc.result(size))
-    return LayoutTopology(tp=out[0], dp=out[1], pp=out[2])
+def _check_world(engine: _Engine, layout: Layout) -> None:
+    if layout.world_size > engine.g * engine.num_nodes:
+        raise InputError("parallel", f"tp*pp*dp = {layout.tp}*{layout.pp}*{layout.dp} = "
+                                     f"{layout.world_size} exceeds the cluster's "
+                                     f"{engine.g * engine.num_nodes} GPUs")
+
+
+def _group_path(engine: _Engine, domain_gpus: int, layout: Layout, axes: tuple[str, ...],
+                p2p: bool) -> GroupPath:
+    """Worst hop over the groups of ``axes`` (one group per start offset within a node on a
+    symmetric cluster: groups are translates of each other, see :mod:`costmodel.layout`)."""
+    geo = group_geometry(engine.g, domain_gpus, layout, axes)
+    offsets, starts = _offsets_and_starts(layout, axes)
+    acc = _Worst()
+    span = offsets.tolist()
+    for s in _starts(engine, starts.tolist()):
+        _score(engine, [s + o for o in span], acc, ring=not p2p)
+    n = geo.n_ranks
+    return GroupPath(n_ranks=n, n_nodes=geo.hosts, ranks_per_node=geo.ranks_per_host,
+                     crosses_nodes=geo.crosses_hosts,
+                     bottleneck_bandwidth_bytes_per_s=acc.bw if n > 1 else _INF,
+                     latency_s=acc.lat if n > 1 else 0.0,
+                     link=LINK_TYPES[acc.rank] if n > 1 else "local",
+                     n_domains=geo.domains, ranks_per_domain=geo.ranks_per_domain,
+                     crosses_domains=geo.crosses_domains)
+
+
+@functools.lru_cache(maxsize=8192)
+def layout_group_path(cluster: ClusterSpec, layout: Layout, axes: str | tuple[str, ...], *,
+                      p2p: bool = False, use_graph: bool = False) -> GroupPath:
+    """How the groups over ``axes`` of ``layout`` are connected, worst over all groups.
+
+    A ring through each group in rank order (:func:`costmodel.layout.group_ranks`), or with
+    ``p2p`` the chain of point-to-point hops between consecutive members (pipeline stages).
+    Engines as in :func:`layout_topology`; cached per (cluster, layout, axes, p2p, engine).
+
+    >>> from costmodel.specs import ClusterSpec, GPUSpec
+    >>> gpu = GPUSpec("x", {"bf16": 1e15}, 80e9, 2e12, 300e9)
+    >>> c = ClusterSpec("c", 2, 8, gpu)
+    >>> layout_group_path(c, Layout(tp=2, cp=4, dp=2), "dp-cp").link
+    'network'
+    """
+    engine = _cluster_engine(cluster, use_graph)
+    _check_world(engine, layout)
+    return _group_path(engine, cluster.domain_gpus, layout, parse_axes(axes), p2p)
+
+
+def _layout(engine: _Engine, tp: int, pp: int, dp: int,
+            domain_gpus: int | None = None) -> LayoutTopology:
+    layout = Layout(tp=int(tp), dp=int(dp), pp=int(pp))
+    _check_world(engine, layout)
+    d = engine.g if domain_gpus is None else domain_gpus
+    return LayoutTopology(tp=_group_path(engine, d, layout, ("tp",), False),
+                          dp=_group_path(engine, d, layout, ("dp",), False),
+                          pp=_group_path(engine, d, layout, ("pp",), True))
 
 
 def _check_ranks(ranks: Sequence[int], world: int) -> list[int]:
@@ -1031,14 +1081,16 @@ def layout_topology(cluster: ClusterSpec, tp: int, pp: int, dp: int, *,
                     use_graph: bool = False) -> LayoutTopology:
     """TP, DP and PP group paths of a layout, worst over all groups of each kind.
 
-    Short-form clusters use the closed-form engine unless ``use_graph``; clusters with
-    ``graph_data`` always use the graph. Cached per (cluster, tp, pp, dp). On symmetric
-    clusters (identical nodes behind one fabric switch) one group per start offset within a
-    node is scored (well under a millisecond at 1024 GPUs); other graphs score every group
-    (about 5 ms per new layout at 1024 GPUs).
+    The (tp, pp, dp) layout in the default order (:class:`costmodel.layout.Layout`), its
+    ``tp`` and ``dp`` groups scored as rings and ``pp`` as point-to-point hops
+    (:func:`layout_group_path`). Short-form clusters use the closed-form engine unless
+    ``use_graph``; clusters with ``graph_data`` always use the graph. Cached per (cluster,
+    tp, pp, dp). On symmetric clusters (identical nodes behind one fabric switch) one group
+    per start offset within a node is scored (well under a millisecond at 1024 GPUs); other
+    graphs score every group (about 5 ms per new layout at 1024 GPUs).
     """
     _check_layout(tp, pp, dp)
-    return _layout(_cluster_engine(cluster, use_graph), tp, pp, dp)
+    return _layout(_cluster_engine(cluster, use_graph), tp, pp, dp, cluster.domain_gpus)
 
 
 @functools.lru_cache(maxsize=64)
@@ -1111,6 +1163,12 @@ def cluster_from_graph(data: Mapping[str, Any], *,
                              e.hint) from None
     name = graph.graph.get("name") or "graph-cluster"
     source = graph.graph.get("source", "")
-    return ClusterSpec(name=str(name), num_nodes=engine.num_nodes, gpus_per_node=engine.g,
-                       gpu=gpu, intra_node=intra, inter_node=inter, graph_data=data,
-                       source=str(source))
+    try:
+        return ClusterSpec(name=str(name), num_nodes=engine.num_nodes, gpus_per_node=engine.g,
+                           gpu=gpu, intra_node=intra, inter_node=inter, graph_data=data,
+                           source=str(source),
+                           gpus_per_domain=graph.graph.get("gpus_per_domain"))
+    except InputError as e:
+        if e.field == "cluster.gpus_per_domain":
+            raise InputError("cluster.graph.graph.gpus_per_domain", e.message, e.hint) from None
+        raise

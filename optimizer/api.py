@@ -7,213 +7,43 @@ Typed, frozen results; no printing, no ``sys.exit``. Bad input raises
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from costmodel import COST_MODEL_VERSION
 from costmodel.batch import ConfigBatch
 from costmodel.errors import InfeasibleError, InputError
-from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from costmodel.specs import TrainingSpec
+from optimizer.problem import (
+    GIB,
+    SCHEMA_VERSION,
+    Problem,
+    document_head,
+    resolve_problem,
+    tool_version,
+)
+from optimizer.results import (
+    SAFETY_MARGIN,
+    Candidate,
+    EvaluateResult,
+    OptimizeResult,
+    plain,
+)
 
-SCHEMA_VERSION = 1
-GIB = 1024**3
-SAFETY_MARGIN = 0.05  # the recommended configuration keeps 5% of the limit free
-
-
-def tool_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("paraplan")
-    except Exception:  # pragma: no cover - not installed
-        return "0+unknown"
-
-
-def document_head(problem: Problem, **extra_inputs: Any) -> dict[str, Any]:
-    """The fields every contract document starts with: schema version, tool, inputs (with the
-    problem's fingerprint and any ``extra_inputs``)."""
-    inputs = problem.inputs_json()
-    inputs.update(extra_inputs)
-    inputs["fingerprint"] = problem.fingerprint()
-    return {"schema_version": SCHEMA_VERSION,
-            "tool": {"name": "paraplan", "version": tool_version(),
-                     "cost_model_version": COST_MODEL_VERSION},
-            "inputs": inputs}
+__all__ = ["GIB", "SAFETY_MARGIN", "SCHEMA_VERSION", "Candidate", "EvaluateResult",
+           "OptimizeResult", "Problem", "candidates_from", "document_head", "evaluate", "finish",
+           "optimize", "recommend", "resolve_problem", "tool_version"]
 
 
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Problem:
-    """Everything a search needs besides the space: resolved inputs and the memory limit."""
-
-    model: ModelSpec
-    cluster: ClusterSpec
-    training: TrainingSpec
-    memory_limit_bytes: float
-    allow_cross_node_tp: bool = False
-
-    def inputs_json(self) -> dict[str, Any]:
-        from optimizer.serialize import cluster_to_dict, model_to_dict
-
-        doc = {
-            "model": model_to_dict(self.model),
-            "cluster": cluster_to_dict(self.cluster),
-            "training": {"seq_length": self.training.seq_length,
-                         "global_batch_size": self.training.global_batch_size,
-                         "flash_attention": self.training.flash_attention,
-                         "overlap_grad_reduce": self.training.overlap_grad_reduce,
-                         "dropout": self.training.dropout,
-                         "framework": self.training.framework},
-            "memory_limit_bytes": self.memory_limit_bytes,
-        }
-        if self.training.tp_comm_overlap:  # only when set: older fingerprints stay valid
-            doc["training"]["tp_comm_overlap"] = True
-        return doc
-
-    def fingerprint(self) -> str:
-        blob = json.dumps(self.inputs_json(), sort_keys=True).encode()
-        return "sha256:" + hashlib.sha256(blob).hexdigest()
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One configuration with its predicted metrics, diagnosis and launch artefacts."""
-
-    config: ParallelConfig
-    metrics: Mapping[str, Any]
-    bottlenecks: tuple[str, ...] = ()
-    launch: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"config": self.config.as_dict(), "metrics": _plain(self.metrics),
-                "bottlenecks": list(self.bottlenecks), "launch": _plain(self.launch)}
-
-
-@dataclass(frozen=True)
-class OptimizeResult:
-    """The Pareto front of throughput versus peak memory, and the recommended point."""
-
-    problem: Problem
-    pareto_front: tuple[Candidate, ...]
-    recommended_index: int
-    search: Mapping[str, Any]
-    stats: Mapping[str, Any]
-
-    @property
-    def recommended(self) -> Candidate:
-        return self.pareto_front[self.recommended_index]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **document_head(self.problem, search=_plain(self.search)),
-            "pareto_front": [c.to_dict() for c in self.pareto_front],
-            "recommended": self.recommended_index,
-            "stats": _plain(self.stats),
-        }
-
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
-
-
-@dataclass(frozen=True)
-class EvaluateResult:
-    """One configuration scored in full (``optimize evaluate``)."""
-
-    problem: Problem
-    candidate: Candidate
-
-    @property
-    def metrics(self) -> Mapping[str, Any]:
-        return self.candidate.metrics
-
-    def __getitem__(self, key: str) -> Any:
-        return self.candidate.metrics[key]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **document_head(self.problem),
-            "config": self.candidate.config.as_dict(),
-            "metrics": _plain(self.candidate.metrics),
-            "bottlenecks": list(self.candidate.bottlenecks),
-            "launch": _plain(self.candidate.launch),
-        }
-
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
-
-
-def _plain(obj: Any) -> Any:
-    """Mappings/tuples/numpy scalars -> JSON-ready Python values."""
-    if isinstance(obj, Mapping):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None
-    return obj
-
-
-# ---------------------------------------------------------------------------------------------
-def resolve_problem(*, model: Any, gpus: int | None = None, cluster: Any = None,
-                    gpu: str = "a100-sxm-80gb", gpus_per_node: int = 8,
-                    seq_length: int | None = None, global_batch_size: int | None = None,
-                    training: TrainingSpec | Mapping | None = None,
-                    memory_limit_gib: float | None = None, memory_fraction: float = 0.9,
-                    allow_cross_node_tp: bool = False) -> Problem:
-    """Resolve names, files and mappings into a :class:`Problem` (raises InputError)."""
-    from costmodel import hardware, loaders
-
-    model_spec = model if isinstance(model, ModelSpec) else loaders.load_model(model)
-    if cluster is not None:
-        cluster_spec = cluster if isinstance(cluster, ClusterSpec) else \
-            loaders.load_cluster(cluster, default_gpus=gpus)
-        if gpus is not None and gpus != cluster_spec.num_gpus:
-            raise InputError("gpus", f"{gpus} differs from the cluster's "
-                             f"{cluster_spec.num_gpus} GPUs", "omit --gpus or fix the cluster")
-    else:
-        if gpus is None:
-            raise InputError("gpus", "missing", "give --gpus N or --cluster FILE")
-        cluster_spec = hardware.default_cluster(gpus, gpus_per_node=gpus_per_node, gpu=gpu)
-    if isinstance(training, TrainingSpec):
-        train = training
-    else:
-        tdict = dict(training or {})
-        if seq_length is not None:
-            tdict["seq_length"] = seq_length
-        if global_batch_size is not None:
-            tdict["global_batch_size"] = global_batch_size
-        from costmodel.errors import check_keys
-
-        check_keys("training", tdict, TrainingSpec.__dataclass_fields__)
-        train = TrainingSpec(**tdict)
-    hbm = cluster_spec.gpu.memory_bytes
-    if memory_limit_gib is not None:
-        if isinstance(memory_limit_gib, bool) or not isinstance(memory_limit_gib, int | float) \
-                or not 0 < memory_limit_gib < float("inf"):
-            raise InputError("memory_limit_gib", f"must be a positive number, got "
-                             f"{memory_limit_gib!r}")
-        limit = float(memory_limit_gib) * GIB
-    else:
-        if not (isinstance(memory_fraction, int | float) and 0 < memory_fraction <= 1):
-            raise InputError("memory_fraction", f"must be in (0, 1], got {memory_fraction!r}")
-        limit = memory_fraction * hbm
-    return Problem(model_spec, cluster_spec, train, limit, allow_cross_node_tp)
-
-
 def candidates_from(problem: Problem, batch: ConfigBatch, scores, indices,
                     *, with_launch: bool = True) -> tuple[Candidate, ...]:
     """Candidates (metrics, diagnosis, launch) for rows ``indices`` of a scored batch."""
-    from optimizer.diagnose import diagnose
+    from optimizer.output.diagnose import diagnose
 
     out = []
     for i in indices:
@@ -223,7 +53,7 @@ def candidates_from(problem: Problem, batch: ConfigBatch, scores, indices,
         metrics["memory_headroom"] = 1.0 - metrics["peak_memory_bytes"] / problem.memory_limit_bytes
         launch = {}
         if with_launch:
-            from optimizer.launch import launch_bundle
+            from optimizer.launch.flags import launch_bundle
 
             launch = launch_bundle(problem.model, problem.cluster, problem.training, cfg)
         out.append(Candidate(cfg, MappingProxyType(metrics),
@@ -272,7 +102,7 @@ def optimize(model: Any, gpus: int | None = None, *, cluster: Any = None,
 
 def finish(problem: Problem, outcome, t0: float) -> OptimizeResult:
     """Turn a search outcome into a result; raise InfeasibleError when nothing fits."""
-    from optimizer.pareto import pareto_mask
+    from optimizer.search.pareto import pareto_mask
 
     scores = outcome.scores
     feasible = scores.peak_memory_bytes <= problem.memory_limit_bytes
@@ -315,10 +145,10 @@ def _infeasible(problem: Problem, outcome, stats) -> InfeasibleError:
            f"is {need / GIB:.1f} GiB. Try {advice}.")
     payload = {
         **document_head(problem),
-        "error": {"code": 3, "message": msg, "least_memory_bytes": _plain(need),
+        "error": {"code": 3, "message": msg, "least_memory_bytes": plain(need),
                   "memory_limit_bytes": limit},
         "least_violating": [c.to_dict() for c in least],
-        "stats": _plain(stats),
+        "stats": plain(stats),
     }
     return InfeasibleError(msg, payload=payload)
 
@@ -346,3 +176,4 @@ def evaluate(run: Any, *, memory_limit_gib: float | None = None,
     scores = score(problem.model, problem.cluster, problem.training, batch)
     cand = candidates_from(problem, batch, scores, [0])[0]
     return EvaluateResult(problem, cand)
+

@@ -31,7 +31,7 @@ def assert_valid(doc: Any, kind: str | None = None) -> str:
     ``jsonschema`` test extra is not installed."""
     pytest.importorskip("jsonschema", reason="JSON Schema validation needs the test extra: "
                                              "pip install 'paraplan[test]'")
-    from optimizer.schemas import SchemaError, validate_document
+    from optimizer.output.schemas import SchemaError, validate_document
 
     try:
         return validate_document(doc, kind)

@@ -6,7 +6,7 @@ Each case runs ``optimizer.cli.main([...])`` in-process and asserts
   offers a did-you-mean hint),
 - that no traceback and no "internal error" reaches stderr.
 One subprocess test checks the real process exit code. Also here: atomic writes
-(optimizer.fileio) and the security checks (safe YAML, no pickle/eval, relative paths).
+(optimizer.output.fileio) and the security checks (safe YAML, no pickle/eval, relative paths).
 """
 
 from __future__ import annotations
@@ -410,9 +410,9 @@ def test_subprocess_exit_code_and_no_traceback(tmp_path):
     assert proc.stdout == ""
 
 
-# ==== atomic writes (optimizer.fileio) ======================================================
+# ==== atomic writes (optimizer.output.fileio) ======================================================
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
-    from optimizer.fileio import atomic_write_bytes, atomic_write_text
+    from optimizer.output.fileio import atomic_write_bytes, atomic_write_text
 
     target = tmp_path / "front.json"
     atomic_write_text(target, "old\n")
@@ -426,7 +426,7 @@ def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
 
 
 def test_atomic_write_failure_keeps_old_content(tmp_path, monkeypatch):
-    from optimizer import fileio
+    from optimizer.output import fileio
 
     target = tmp_path / "study.yaml"
     target.write_text("precious\n")
@@ -443,7 +443,7 @@ def test_atomic_write_failure_keeps_old_content(tmp_path, monkeypatch):
 
 
 def test_atomic_write_interrupted_keeps_old_content(tmp_path, monkeypatch):
-    from optimizer import fileio
+    from optimizer.output import fileio
 
     target = tmp_path / "front.png"
     target.write_bytes(b"old")
@@ -459,7 +459,7 @@ def test_atomic_write_interrupted_keeps_old_content(tmp_path, monkeypatch):
 
 
 def test_atomic_write_bad_destinations(tmp_path):
-    from optimizer.fileio import atomic_write_text
+    from optimizer.output.fileio import atomic_write_text
 
     with pytest.raises(InputError, match="does not exist"):
         atomic_write_text(tmp_path / "no" / "such" / "dir.json", "x", field="--plot")

@@ -248,3 +248,113 @@ def test_tilde_of_an_unknown_user_is_input_error(call):
     # user x does not exist
     with pytest.raises(InputError, match="cannot expand"):
         call()
+
+
+# ==== nesting depth (issue 20): a deep document is exit 2, never RecursionError ==============
+_DEEP = 10_000
+
+
+def _deep_list(n: int = _DEEP) -> list:
+    value: list = []
+    for _ in range(n):
+        value = [value]
+    return value
+
+
+def _deep_dict(n: int = _DEEP, key: str = "gpu") -> dict:
+    value: dict = {}
+    for _ in range(n):
+        value = {key: value}
+    return value
+
+
+_DEEP_TEXT = {
+    "list": "[" * _DEEP + "]" * _DEEP,
+    "dict": "{a: " * _DEEP + "1" + "}" * _DEEP,
+    "block": "- " * _DEEP + "1",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_DEEP_TEXT))
+@pytest.mark.parametrize("section", ["model", "cluster", "run", "study"])
+def test_deeply_nested_yaml_file_is_input_error_naming_the_field(tmp_path, section, kind):
+    # 10,000 nested collections: libyaml parses them, then repr() in loaders._short raised
+    # RecursionError (exit 1); ~100,000 crashed the C composer. The depth is now bounded on
+    # the YAML event stream before anything is built.
+    from costmodel.errors import MAX_NESTING_DEPTH
+
+    deep = _DEEP_TEXT[kind]
+    f = tmp_path / f"{section}.yaml"
+    f.write_text(f"name: x\nsource:\n  {deep}\n")
+    with pytest.raises(InputError) as e:
+        if section == "model":
+            loaders.load_model(f)
+        elif section == "cluster":
+            loaders.load_cluster(f)
+        elif section == "run":
+            loaders.load_run(f)
+        else:
+            studies.load_study_file(f)
+    assert e.value.field.startswith(f"{section}.source"), e.value.field
+    assert f"more than {MAX_NESTING_DEPTH} levels" in e.value.message
+    assert e.value.exit_code == 2
+
+
+@pytest.mark.parametrize("section", ["model", "cluster", "graph"])
+def test_deeply_nested_json_file_is_input_error(tmp_path, section):
+    import json
+
+    doc: dict = {"name": "x", "source": _deep_list()}
+    if section == "graph":
+        doc = json.loads((ROOT / "tests" / "data" / "cluster_graph.json").read_text())
+        doc["nodes"][0]["id"] = _deep_list(500)  # json.dumps itself recurses
+    else:
+        doc["source"] = _deep_list(500)
+    f = tmp_path / f"{section}.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(InputError) as e:
+        (loaders.load_model if section == "model" else loaders.load_cluster)(f)
+    expected = "cluster" if section == "graph" else section
+    assert e.value.field.startswith(expected), e.value.field
+    assert "levels deep" in e.value.message
+
+
+@pytest.mark.parametrize("make", [_deep_list, _deep_dict])
+@pytest.mark.parametrize("section", ["model", "cluster", "graph", "run"])
+def test_deeply_nested_mapping_is_input_error(section, make):
+    # the library entry points take mappings too (no document parser in between)
+    import json
+
+    deep = make()
+    with pytest.raises(InputError) as e:
+        if section == "model":
+            loaders.load_model(dict(_MODEL, name=deep))
+        elif section == "cluster":
+            loaders.load_cluster({"gpu": "a100", "intra_node": deep})
+        elif section == "graph":
+            from costmodel.topology import cluster_from_graph
+
+            doc = json.loads((ROOT / "tests" / "data" / "cluster_graph.json").read_text())
+            doc["nodes"][0]["id"] = deep
+            cluster_from_graph(doc)
+        else:
+            loaders.load_run({"model": "7b", "cluster": {"gpu": deep}})
+    assert "levels deep" in e.value.message, e.value
+    assert e.value.field.split(".")[0].split("[")[0] in ("model", "cluster", "run")
+
+
+def test_short_repr_of_a_deep_value_is_bounded():
+    # loaders._short names the bad value in messages; a plain repr recursed once per level
+    text = loaders._short(_deep_list())
+    assert len(text) <= 60 and text.startswith("[[[")
+    assert loaders._short([1, {"a": 2}]) == "[1, {'a': 2}]"  # shallow values: plain repr
+
+
+def test_shared_yaml_aliases_are_not_expanded_by_the_depth_check():
+    # a billion-laughs document: containers shared by aliases are walked once per depth
+    lines = ["a0: &a0 [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 12)]
+    doc = loaders.parse_document("\n".join(lines), field="x")
+    assert len(doc["a11"]) == 10
+    with pytest.raises(InputError, match="levels deep"):  # a self-referencing alias
+        loaders.parse_document("a: &x [*x]", field="x")

@@ -17,7 +17,7 @@ from costmodel import collectives as coll
 from costmodel.errors import InputError
 from costmodel.hardware import default_cluster
 from costmodel.loaders import load_cluster
-from optimizer.nccl_cli import crossovers, format_size, parse_collective, parse_size
+from optimizer.nccl.predict import crossovers, format_size, parse_collective, parse_size
 
 DATA = Path(__file__).parent / "data"
 GIB = 2**30
@@ -417,7 +417,7 @@ def test_inter_node_fit_keeps_the_intra_scale(tmp_path, slow_a100_file):
 def test_save_cluster_is_atomic(tmp_path, slow_a100_file, monkeypatch):
     target = tmp_path / "cluster.yaml"
     target.write_text("previous content\n")
-    import optimizer.fileio as fileio
+    import optimizer.output.fileio as fileio
 
     def boom(src, dst):
         raise OSError(28, "No space left on device")
@@ -480,7 +480,7 @@ def test_save_cluster_needs_measurements_and_a_short_form(tmp_path, slow_a100_fi
 
 
 def test_inline_gpu_cluster_round_trips(tmp_path):
-    from optimizer.calibrate import calibrated_cluster, save_cluster
+    from optimizer.nccl.calibrate import calibrated_cluster, save_cluster
 
     src = load_cluster(DATA / "cluster-inline-gpu.yaml")
     cal = coll.NcclCalibration(intra_bw_scale=0.9, inter_bw_scale=0.7, latency_scale=1.1)

@@ -6,10 +6,10 @@ import numpy as np
 import optuna
 import pytest
 
-from optimizer import optuna_search as osr
 from optimizer import search
 from optimizer.api import optimize, resolve_problem
-from optimizer.pareto import pareto_mask
+from optimizer.search import optuna_engine as osr
+from optimizer.search.pareto import pareto_mask
 from search_spaces.enumerate import enumerate_valid
 from search_spaces.rules import Context, check
 

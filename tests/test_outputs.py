@@ -19,7 +19,7 @@ from costmodel.specs import NCCL_ALGOS, NCCL_PROTOS, PRECISIONS, RECOMPUTE, SCHE
 ARGS_65B = ["--model", "65b", "--gpus", "16"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ANSI = re.compile(r"\x1b\[")
-HAS_NCCL_CLI = importlib.util.find_spec("optimizer.nccl_cli") is not None
+HAS_NCCL_CLI = importlib.util.find_spec("optimizer.cli.nccl") is not None
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,7 @@ def test_evaluate_document_validates(tmp_path):
     assert doc["config"]["tp"] == 4 and doc["config"]["pp"] == 4
     assert doc["metrics"]["step_time_s"] > 0
     # the evaluate document also feeds --emit-style scheduler files
-    from optimizer.launch_files import emit_for_doc
+    from optimizer.launch.files import emit_for_doc
 
     assert "#SBATCH --nodes=2" in emit_for_doc(doc, "slurm")
 
@@ -186,7 +186,7 @@ def test_schema_is_valid_draft_2020_12_and_shipped():
     jsonschema = pytest.importorskip("jsonschema", reason="needs the test extra")
     from importlib import resources
 
-    from optimizer.schemas import load_schema
+    from optimizer.output.schemas import load_schema
 
     text = resources.files("optimizer").joinpath("schema.json").read_text()
     schema = json.loads(text)
@@ -196,7 +196,7 @@ def test_schema_is_valid_draft_2020_12_and_shipped():
 
 
 def test_schema_enums_match_the_specs():
-    from optimizer.schemas import load_schema
+    from optimizer.output.schemas import load_schema
 
     props = load_schema()["$defs"]["config"]["properties"]
     assert tuple(props["precision"]["enum"]) == PRECISIONS
@@ -208,7 +208,7 @@ def test_schema_enums_match_the_specs():
 
 def _rejects(doc, kind, path_part):
     pytest.importorskip("jsonschema", reason="needs the test extra")
-    from optimizer.schemas import SchemaError, validate_document
+    from optimizer.output.schemas import SchemaError, validate_document
 
     with pytest.raises(SchemaError) as e:
         validate_document(doc, kind)
@@ -249,7 +249,7 @@ def test_invariants_beyond_json_schema(front_doc):
 
 
 def test_kind_is_detected_and_documents_match_exactly_one_kind(front_doc):
-    from optimizer.schemas import validate_document
+    from optimizer.output.schemas import validate_document
 
     assert validate_document(front_doc) == "front"
     # a front document is not an evaluate document
@@ -257,7 +257,7 @@ def test_kind_is_detected_and_documents_match_exactly_one_kind(front_doc):
 
 
 def test_unknown_kind_is_an_input_error():
-    from optimizer.schemas import schema_for
+    from optimizer.output.schemas import schema_for
 
     with pytest.raises(InputError, match="did you mean 'front'"):
         schema_for("frnt")
@@ -279,7 +279,7 @@ def test_plot_writes_a_png(tmp_path):
 
 def test_plot_into_a_missing_folder_is_an_input_error(tmp_path, front_doc):
     pytest.importorskip("matplotlib", reason="the plot needs the plot extra")
-    from optimizer.plot import plot_front
+    from optimizer.output.plot import plot_front
 
     with pytest.raises(InputError, match="does not exist"):
         plot_front(front_doc, tmp_path / "nowhere" / "front.png")
@@ -298,7 +298,7 @@ def test_plot_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
 
 
 def test_staircase_is_the_attainable_throughput():
-    from optimizer.plot import _staircase
+    from optimizer.output.plot import _staircase
 
     # points (GiB, tokens/s, index) by increasing memory; the staircase rises at each one
     pts = [(10.0, 100.0, 2), (20.0, 150.0, 1), (30.0, 180.0, 0)]
@@ -308,7 +308,7 @@ def test_staircase_is_the_attainable_throughput():
 
 
 def test_layout_label_names_the_layout():
-    from optimizer.plot import layout_label
+    from optimizer.output.plot import layout_label
 
     cfg = {"tp": 8, "pp": 2, "dp": 1, "micro_batch_size": 2, "schedule": "interleaved",
            "virtual_stages": 2, "recompute": "full", "sequence_parallel": True, "zero_stage": 1}
@@ -338,7 +338,7 @@ def test_emit_k8s_is_a_pytorchjob():
 def test_emit_rebuilds_exactly_what_the_api_would_launch():
     from optimizer import launch
     from optimizer.api import optimize
-    from optimizer.launch_files import emit_for_doc, specs_from_doc
+    from optimizer.launch.files import emit_for_doc, specs_from_doc
 
     res = optimize("65b", 16)
     doc = res.to_dict()
@@ -352,7 +352,7 @@ def test_emit_rebuilds_exactly_what_the_api_would_launch():
 
 
 def test_emit_from_a_broken_document_is_an_input_error(front_doc):
-    from optimizer.launch_files import emit_for_doc
+    from optimizer.launch.files import emit_for_doc
 
     with pytest.raises(InputError, match="did you mean 'slurm'"):
         emit_for_doc(front_doc, "slurn")

@@ -20,11 +20,13 @@ from optuna.storages import InMemoryStorage, JournalStorage, RDBStorage
 from optuna.trial import TrialState
 
 from costmodel.errors import InputError
-from optimizer import optuna_search as osr
 from optimizer import search
 from optimizer import storage as st
 from optimizer.api import resolve_problem
-from optimizer.pareto import pareto_mask
+from optimizer.search import optuna_engine as osr
+from optimizer.search.pareto import pareto_mask
+from optimizer.storage import backends
+from optimizer.storage import study as st_study
 from search_spaces.enumerate import enumerate_valid
 from search_spaces.rules import Context
 
@@ -141,7 +143,7 @@ def test_plain_postgresql_url_uses_an_installed_driver(monkeypatch):
                         lambda name, *a: object() if name in installed else None)
 
     def fix(url):
-        return st._with_installed_driver(url, sqlalchemy.engine.make_url(url))
+        return backends._with_installed_driver(url, sqlalchemy.engine.make_url(url))
 
     # SQLAlchemy 2.1's default PostgreSQL driver is psycopg (3); only psycopg2 is "installed"
     assert fix("postgresql://u:p@h/db") == "postgresql+psycopg2://u:p@h/db"
@@ -335,14 +337,14 @@ def test_journal_lock_of_a_killed_writer_is_broken_at_once(tmp_path):
     os.symlink(f"paraplan-lock:{socket.gethostname()}:{_dead_pid()}:1:x", f"{path}.lock")
     t0 = time.monotonic()
     st.open_study(st.open_storage(str(path)), "l", None, {"a": 1})  # writes take the lock
-    assert time.monotonic() - t0 < st.JOURNAL_LOCK_GRACE_S / 2
+    assert time.monotonic() - t0 < backends.JOURNAL_LOCK_GRACE_S / 2
     assert not os.path.lexists(f"{path}.lock")
 
 
 def test_journal_lock_of_a_live_writer_waits_for_the_grace_period(tmp_path):
     path = str(tmp_path / "m.journal")
     os.symlink(f"paraplan-lock:{st.worker_id('x')}", f"{path}.lock")  # this process: alive
-    lock = st._owned_lock_class()(path)
+    lock = backends._owned_lock_class()(path)
     lock.grace_period = 1
     t0 = time.monotonic()
     lock.acquire()
@@ -364,7 +366,7 @@ def test_save_and_load_result(tmp_path):
     assert st.load_result(path, "res") == small
     rng = np.random.default_rng(0)
     big = {"pareto_front": [{"x": rng.random(40).tolist()} for _ in range(200)]}
-    assert len(json.dumps(big)) > st.RESULT_CHUNK
+    assert len(json.dumps(big)) > st_study.RESULT_CHUNK
     st.save_result(study, big)
     assert st.load_result(st.open_storage(path), "res") == big
     assert study.user_attrs["result"]["encoding"] == "zlib+base64"

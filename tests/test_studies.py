@@ -437,7 +437,7 @@ def test_report_writes_the_plot(tmp_path, capsys):
 
 def test_study_documents_match_the_output_schema(tmp_path):
     pytest.importorskip("jsonschema")
-    from optimizer.schemas import validate_document
+    from optimizer.output.schemas import validate_document
 
     doc = run_study(load_study_file(_write(tmp_path / "ok", SMALL)))
     validate_document(doc, kind="front")

@@ -16,7 +16,8 @@ import pytest
 
 from costmodel.errors import InputError
 from costmodel.specs import ParallelConfig, TrainingSpec
-from optimizer import validate as v
+from optimizer.cli.validate import main as validate_main
+from optimizer.validation import published as v
 
 # --------------------------------------------------------------------------------------------
 # Hand-picked entries, trimmed copies of ../shared/validation/published_runs.yaml (one per
@@ -425,7 +426,7 @@ def test_missing_data_folder_is_an_input_error(tmp_path, monkeypatch):
     assert e.value.field == "data"
     monkeypatch.setenv(v.ENV_VAR, str(tmp_path / "nope-either"))
     with pytest.raises(InputError):
-        v.main([])
+        validate_main([])
 
 
 def test_env_var_and_json_output(tmp_path, monkeypatch, capsys):
@@ -433,7 +434,7 @@ def test_env_var_and_json_output(tmp_path, monkeypatch, capsys):
                                           MCORE_H100])
     monkeypatch.setenv(v.ENV_VAR, str(data))
     assert v.resolve_data_dir() == data
-    assert v.main(["--json"]) == 0
+    assert validate_main(["--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["data_dir"] == str(data)
     assert {r["id"] for r in doc["runs"]} == {KORTHIKANTI_175B_SEL["id"], BLOOM_000["id"],
@@ -441,7 +442,7 @@ def test_env_var_and_json_output(tmp_path, monkeypatch, capsys):
     assert [s["id"] for s in doc["skipped"]] == [NCCL_A100["id"], MCORE_H100["id"]]
     assert doc["memory"]["count"] == 1 and doc["korthikanti_table5"]["count"] == 1
     # --check exits 1 exactly when a threshold fails (three runs cannot make a sweep)
-    code = v.main(["--json", "--check", "--data", str(data)])
+    code = validate_main(["--json", "--check", "--data", str(data)])
     assert code == (0 if doc["passed"] else 1)
     assert not doc["passed"]  # mean Spearman over zero sweeps is undefined -> fails
 

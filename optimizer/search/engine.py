@@ -1,7 +1,8 @@
-"""Search engines: exact vectorised enumeration, and Optuna multi-objective samplers.
+"""The search entry point: check the request, enumerate the valid space, pick the engine.
 
-Both score through :func:`costmodel.model.score` (one vectorised implementation), so they
-cannot disagree about a configuration. The Optuna path follows the deterministic batch
+``sampler="auto"`` scores the whole valid space exactly (vectorised, here) when it has at most
+:data:`AUTO_EXHAUSTIVE_MAX` configurations, else runs Optuna's TPE through
+:mod:`optimizer.search.optuna_engine`. The Optuna path follows the deterministic batch
 recipe of ecosystem.md 1.9: ask a fixed-size batch of trials from the seeded sampler,
 score the batch in one vectorised call, tell the results in trial order. The memory limit is
 a constraint set with ``Trial.set_constraint`` (feasible iff <= 0), never a penalty.
@@ -9,63 +10,19 @@ a constraint set with ``Trial.set_constraint`` (feasible iff <= 0), never a pena
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from costmodel.batch import ConfigBatch
 from costmodel.errors import InputError, did_you_mean
+from optimizer.search.base import SearchOutcome, problem_space, score_batch, space_json
 from search_spaces.enumerate import enumerate_valid
 from search_spaces.rules import Context, check
-from search_spaces.space import (
-    SearchSpace,
-    batch_from_choices,
-    default_space,
-    space_from_mapping,
-)
+from search_spaces.space import SearchSpace, batch_from_choices
 
 SAMPLERS = ("auto", "exhaustive", "tpe", "nsga2", "random")
 AUTO_EXHAUSTIVE_MAX = 400_000  # valid configurations that score in about a second
-CHUNK = 200_000  # configurations per vectorised call (bounds peak memory)
-CONSTRAINT_KEY = "memory_over_limit"
-
-
-@dataclass(frozen=True)
-class SearchOutcome:
-    """The scored configurations of a search (the optimizer turns them into a front)."""
-
-    batch: ConfigBatch
-    scores: Any  # costmodel.model.Scores
-    evaluated: int  # configurations scored (trials told, repeats excluded)
-    valid_space_size: int
-    sampler: str
-    search_info: Mapping[str, Any] = field(default_factory=dict)
-
-
-def problem_space(problem, space: Mapping[str, Any] | SearchSpace | None) -> SearchSpace:
-    base = default_space(problem.model, problem.cluster, problem.training)
-    if isinstance(space, SearchSpace):
-        return space
-    return space_from_mapping(space, base)
-
-
-def score_batch(problem, batch: ConfigBatch, jobs: int = 1):
-    """Score a batch in chunks; with jobs > 1 and a large batch, chunks run on joblib workers."""
-    from costmodel.model import Scores, score
-
-    n = len(batch)
-    if n <= CHUNK or jobs == 1:
-        parts = [score(problem.model, problem.cluster, problem.training,
-                       batch.take(slice(i, i + CHUNK))) for i in range(0, max(n, 1), CHUNK)]
-    else:
-        from joblib import Parallel, delayed
-
-        parts = Parallel(n_jobs=jobs, return_as="list")(
-            delayed(score)(problem.model, problem.cluster, problem.training,
-                           batch.take(slice(i, i + CHUNK))) for i in range(0, n, CHUNK))
-    return Scores.concat(parts)
 
 
 def run(problem, *, space=None, sampler: str = "auto", trials: int = 300, seed: int = 0,
@@ -101,10 +58,10 @@ def run(problem, *, space=None, sampler: str = "auto", trials: int = 300, seed: 
         scores = score_batch(problem, valid, jobs)
         return SearchOutcome(valid, scores, len(valid), len(valid), "exhaustive",
                              {"sampler": "exhaustive", "requested_sampler": sampler,
-                              "seed": seed, "space": _space_json(sp)})
-    from optimizer import optuna_search
+                              "seed": seed, "space": space_json(sp)})
+    from optimizer.search import optuna_engine
 
-    return optuna_search.run(problem, ctx, sp, valid_count=len(valid), sampler=chosen,
+    return optuna_engine.run(problem, ctx, sp, valid_count=len(valid), sampler=chosen,
                              requested=sampler, trials=trials, seed=seed,
                              batch_size=batch_size, storage=storage, study_name=study_name,
                              progress=progress, valid=valid)
@@ -116,7 +73,3 @@ def valid_mask(ctx: Context, batch: ConfigBatch) -> np.ndarray:
 
 def batch_from_params(params: list[dict[str, Any]], world: int, sp: SearchSpace) -> ConfigBatch:
     return batch_from_choices(params, world, space=sp)
-
-
-def _space_json(sp: SearchSpace) -> dict[str, list]:
-    return {k: list(v) for k, v in sp.as_dict().items()}

@@ -1,6 +1,7 @@
-"""``optimize nccl``: one collective through NCCL's own cost model (contract.md section 1).
+"""One collective through NCCL's own cost model: sizes, predictions, sweeps, crossovers.
 
-::
+The library behind ``optimize nccl`` (contract.md section 1; the command is
+:mod:`optimizer.cli.nccl`, its output :mod:`optimizer.output.nccl_report`)::
 
     optimize nccl --collective allreduce --size 1GiB --gpus 16 [--gpu KEY] [--gpus-per-node 8]
                   [--cluster FILE|PRESET] [--algo A] [--proto P] [--json]
@@ -29,18 +30,17 @@ NCCL cannot run is an error as in NCCL >= 2.24, with NCCL's reason.
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from costmodel.errors import InputError, did_you_mean
 
-__all__ = ["COLLECTIVE_NAMES", "SWEEP_SIZES", "Prediction", "format_size", "main",
-           "nccl_document", "parse_collective", "parse_size", "predict", "sweep"]
+__all__ = ["COLLECTIVE_NAMES", "DISPLAY", "SWEEP_SIZES", "Choice", "Prediction", "crossovers",
+           "format_size", "label", "names_ll128", "nodes_for", "parse_collective", "parse_size",
+           "predict", "refield", "resolve_cluster", "sweep"]
 
 COLLECTIVE_NAMES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce",
                     "alltoall", "sendrecv")
@@ -151,7 +151,7 @@ def _p2p_proto(collective: str, nbytes: float, n_ranks: int) -> str:
     return "ll" if per_peer <= P2P_LL_THRESHOLD_BYTES else "simple"
 
 
-def _refield(e: InputError) -> InputError:
+def refield(e: InputError) -> InputError:
     names = {"nccl_algo": "--algo", "nccl_proto": "--proto", "nbytes": "--size",
              "nbytes_per_rank": "--size", "collective": "--collective", "n_ranks": "--gpus",
              "gpus": "--gpus", "gpus_per_node": "--gpus-per-node", "gpu": "--gpu",
@@ -204,7 +204,7 @@ def _choices(system: Any, collective: str, sizes: Sequence[float], n_ranks: int,
     return [f"{a}/{p}" for a, p in zip(r.algo_names(), r.proto_names(), strict=True)]
 
 
-def _label(key: str) -> str:
+def label(key: str) -> str:
     from costmodel import collectives as coll
 
     a, p = key.split("/")
@@ -247,7 +247,7 @@ def sweep(system: Any, collective: str, n_ranks: int, n_nodes: int, algo: str = 
 
 
 # ---- the cluster and the communicator ---------------------------------------------------------
-def _nodes_for(n_ranks: int, per_node: int) -> int:
+def nodes_for(n_ranks: int, per_node: int) -> int:
     if n_ranks <= per_node:
         return 1
     if n_ranks % per_node:
@@ -281,135 +281,7 @@ def resolve_cluster(cluster_ref: str | None, gpu: str, gpus_per_node: int, n_nod
     return cluster
 
 
-def _per_node(args: argparse.Namespace) -> int:
-    if args.cluster is None:
-        return args.gpus_per_node
-    from costmodel import loaders
-
-    return loaders.load_cluster(args.cluster).gpus_per_node
-
-
-# ---- documents and text ------------------------------------------------------------------------
-def nccl_document(pred: Prediction, cluster: Any, *, extra_inputs: dict | None = None,
-                  extra: dict | None = None) -> dict[str, Any]:
-    """The ``optimize nccl --json`` document (contract.md section 4)."""
-    from costmodel import collectives as coll
-    from optimizer.api import SCHEMA_VERSION, tool_version
-    from optimizer.serialize import cluster_to_dict
-
-    inputs = {"collective": pred.collective, "size_bytes": pred.nbytes, "gpus": pred.n_ranks,
-              "nodes": pred.n_nodes, "ranks_per_node": pred.n_ranks // pred.n_nodes,
-              "algo": pred.algo, "proto": pred.proto, "nccl_version": coll.NCCL_VERSION,
-              "cluster": cluster_to_dict(cluster)}
-    inputs.update(extra_inputs or {})
-    doc = {"schema_version": SCHEMA_VERSION,
-           "tool": {"name": "paraplan", "version": tool_version()},
-           "inputs": inputs,
-           "chosen": pred.chosen.to_dict(),
-           "alternatives": [a.to_dict() for a in pred.alternatives]}
-    doc.update(extra or {})
-    return doc
-
-
-def _fmt_us(t_s: float) -> str:
-    return f"{t_s * 1e6:.1f}"
-
-
-def _header(pred: Prediction, cluster: Any) -> str:
-    ppn = pred.n_ranks // pred.n_nodes
-    where = (f"{pred.n_ranks} GPUs = {pred.n_nodes} node{'s' if pred.n_nodes > 1 else ''} x "
-             f"{ppn} of {cluster.name}")
-    force = "" if (pred.algo, pred.proto) == ("auto", "auto") else \
-        f", NCCL_ALGO={pred.algo} NCCL_PROTO={pred.proto}"
-    return f"{DISPLAY[pred.collective]} of {format_size(pred.nbytes)} ({pred.nbytes} B), " \
-           f"{where}{force}"
-
-
-def render_prediction(pred: Prediction, cluster: Any) -> str:
-    from costmodel import collectives as coll
-    from optimizer.report import _fmt_table
-
-    c = pred.chosen
-    lines = [_header(pred, cluster) + f" (NCCL {coll.NCCL_VERSION} model)",
-             f"NCCL's choice: {c.label}: {_fmt_us(c.time_s)} us, algbw "
-             f"{c.algbw_bytes_per_s / 1e9:.2f} GB/s, busbw {c.busbw_bytes_per_s / 1e9:.2f} GB/s",
-             ""]
-    rows = [[str(i + 1), a.label, _fmt_us(a.time_s), f"{a.algbw_bytes_per_s / 1e9:.2f}",
-             f"{a.busbw_bytes_per_s / 1e9:.2f}",
-             "chosen" if i == 0 else f"+{100 * (a.time_s / c.time_s - 1):.1f}%"]
-            for i, a in enumerate(pred.alternatives)]
-    table = _fmt_table(["#", "algo/proto", "time us", "algbw GB/s", "busbw GB/s", "vs chosen"],
-                       rows, title="Runnable alternatives, NCCL's preference order")
-    return "\n".join(lines) + "\n" + table
-
-
-def render_sweep(preds: Sequence[Prediction], cross: Sequence[tuple[int, str, str]],
-                 cluster: Any) -> str:
-    from optimizer.report import _fmt_table
-
-    rows = []
-    prev = None
-    for p in preds:
-        c = p.chosen
-        key = f"{c.algo}/{c.proto}"
-        rows.append([format_size(p.nbytes), c.label, _fmt_us(c.time_s),
-                     f"{c.algbw_bytes_per_s / 1e9:.2f}", f"{c.busbw_bytes_per_s / 1e9:.2f}",
-                     "" if prev is None or key == prev else "<- changes"])
-        prev = key
-    first = preds[0]
-    title = (f"NCCL's choice by message size: {DISPLAY[first.collective]}, "
-             f"{first.n_ranks} GPUs = {first.n_nodes} x {first.n_ranks // first.n_nodes} of "
-             f"{cluster.name}")
-    out = _fmt_table(["size", "NCCL's choice", "time us", "algbw GB/s", "busbw GB/s", ""],
-                     rows, title=title)
-    if cross:
-        out += "Crossovers (first size with the new choice):\n"
-        out += "".join(f"  {_label(a)} -> {_label(b)} at {format_size(s)} ({s} B)\n"
-                       for s, a, b in cross)
-    else:
-        out += "No crossover: one choice at every size.\n"
-    return out
-
-
-# ---- the command -------------------------------------------------------------------------------
-def _parser() -> argparse.ArgumentParser:
-    from optimizer.cli import _Parser
-
-    p = _Parser(prog="optimize nccl",
-                description="One NCCL collective through NCCL's own cost model: the "
-                "algorithm/protocol NCCL picks and every runnable alternative with time, algbw "
-                "and busbw (nccl-tests definitions). Also: --sweep (the pick by message size), "
-                "--nccl-tests (calibrate against measurements), --tuner-csv (NCCL's example "
-                "tuner plugin CSV for a run file).")
-    p.add_argument("--collective", help="allreduce, allgather, reducescatter, broadcast, reduce, "
-                   "alltoall or sendrecv")
-    p.add_argument("--size", help="nccl-tests S: 1GiB, 256MiB, 64KB (SI), 8G (binary), 1e9, "
-                   "bytes; AllGather/ReduceScatter: the total gathered size")
-    p.add_argument("--gpus", type=int, help="ranks in the communicator")
-    p.add_argument("--gpu", default="a100-sxm-80gb", help="GPU catalog key (without --cluster)")
-    p.add_argument("--gpus-per-node", type=int, default=8)
-    p.add_argument("--cluster", help="cluster preset, cluster YAML or graph JSON")
-    p.add_argument("--algo", default="auto", help="NCCL_ALGO syntax: ring, tree, nvls, "
-                   "nvlstree, collnetdirect, collnetchain, pat, ^tree, allreduce:tree;...")
-    p.add_argument("--proto", default="auto", help="NCCL_PROTO syntax: ll, ll128, simple, ...")
-    p.add_argument("--sweep", action="store_true",
-                   help="NCCL's choice from 1 KiB to 4 GiB (x4 steps) and the crossovers")
-    p.add_argument("--nccl-tests", action="append", metavar="FILE",
-                   help="nccl-tests output (text or -J JSON) to calibrate against; repeatable")
-    p.add_argument("--save-cluster", metavar="OUT.yaml",
-                   help="with --nccl-tests: write the cluster YAML with the fitted calibration")
-    p.add_argument("--tuner-csv", metavar="RUN.yaml",
-                   help="print NCCL's example tuner plugin CSV for a run file's configuration")
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    return p
-
-
-def _emit(text: str) -> None:
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    sys.stdout.flush()
-
-
-def _names_ll128(proto: str) -> bool:
+def names_ll128(proto: str) -> bool:
     """True when an NCCL_PROTO value enables LL128 by name (which bypasses NCCL's platform
     check, nccl.md §4.2), in any of its per-collective entries."""
     for entry in proto.split(";"):
@@ -417,152 +289,3 @@ def _names_ll128(proto: str) -> bool:
         if not body.startswith("^") and "ll128" in [t.strip() for t in body.split(",")]:
             return True
     return False
-
-
-def _warnings(system: Any, proto: str) -> list[str]:
-    from optimizer.launch import LL128_WARNING
-
-    return [LL128_WARNING] if _names_ll128(proto) and not system.ll128_default else []
-
-
-def _tuner_csv(args: argparse.Namespace) -> int:
-    from costmodel import loaders
-    from optimizer.launch import nccl_tuner_csv
-
-    run = loaders.load_run(args.tuner_csv)
-    try:
-        text = nccl_tuner_csv(run.model, run.cluster, run.training, run.parallel)
-    except InputError as e:  # a forced pair NCCL cannot run: the run file's field
-        if e.field in ("nccl_algo", "nccl_proto"):
-            raise InputError(f"parallel.{e.field}", e.message, e.hint) from None
-        raise
-    _emit(text)
-    return 0
-
-
-def _run(argv: Sequence[str]) -> int:
-    args = _parser().parse_args(argv)
-    if args.tuner_csv:
-        return _tuner_csv(args)
-    if args.save_cluster and not args.nccl_tests:
-        raise InputError("--save-cluster", "needs --nccl-tests FILE (the measurements to fit)")
-    if args.gpus is not None and args.gpus < 1:
-        raise InputError("--gpus", f"must be >= 1, got {args.gpus}")
-    if args.gpus_per_node < 1:
-        raise InputError("--gpus-per-node", f"must be >= 1, got {args.gpus_per_node}")
-    per_node = _per_node(args)
-
-    measurements = []
-    if args.nccl_tests:
-        from optimizer.calibrate import load_measurements
-
-        gpus_nodes = _nodes_for(args.gpus, per_node) if args.gpus else None
-        try:
-            measurements = load_measurements(args.nccl_tests, n_ranks=args.gpus,
-                                             n_nodes=gpus_nodes)
-        except InputError as e:
-            if e.field == "n_ranks":
-                raise InputError("--nccl-tests", e.message, "the file has no 'Rank ... on "
-                                 "HOST' lines: give --gpus N (and --gpus-per-node)") from None
-            if e.field in ("collective", "n_nodes", "nccl_tests"):
-                raise InputError("--nccl-tests", e.message, e.hint) from None
-            raise
-
-    # What to predict: the flags, else the largest measured row.
-    collective = parse_collective(args.collective) if args.collective else None
-    ref_row = None
-    if measurements:
-        pool = [m for m in measurements if collective is None or m.collective == collective]
-        if pool:
-            ref_row = max(pool, key=lambda m: (m.nbytes, m.n_ranks))
-        collective = collective or measurements[0].collective
-    if collective is None:
-        raise InputError("--collective", "missing",
-                         "e.g. optimize nccl --collective allreduce --size 1GiB --gpus 8")
-    if args.size is not None:
-        size = parse_size(args.size)
-    elif args.sweep:
-        size = SWEEP_SIZES[-1]
-    elif ref_row is not None:
-        size = int(ref_row.nbytes)
-    else:
-        raise InputError("--size", "missing", "e.g. --size 1GiB (or --sweep)")
-    if args.gpus is not None:
-        n_ranks = args.gpus
-        n_nodes = _nodes_for(n_ranks, per_node)
-    elif ref_row is not None:
-        n_ranks, n_nodes = int(ref_row.n_ranks), int(ref_row.n_nodes)
-    elif args.cluster is not None:
-        from costmodel import loaders
-
-        whole = loaders.load_cluster(args.cluster)
-        n_ranks, n_nodes = whole.num_gpus, whole.num_nodes
-    else:
-        raise InputError("--gpus", "missing", "give --gpus N (or --cluster FILE)")
-    if n_ranks < 2:
-        raise InputError("--gpus", f"a collective needs at least 2 ranks, got {n_ranks}")
-
-    from costmodel import collectives as coll
-
-    nodes_needed = max([n_nodes] + [int(m.n_nodes) for m in measurements])
-    cluster = resolve_cluster(args.cluster, args.gpu, per_node, nodes_needed)
-    system = coll.nccl_system(cluster)
-
-    calibration_doc = None
-    if measurements:
-        from optimizer import calibrate
-
-        result = calibrate.calibrate(system, measurements)
-        cluster = calibrate.calibrated_cluster(cluster, result.calibration)
-        system = coll.nccl_system(cluster)
-        calibration_doc = result.to_dict()
-        if args.save_cluster:
-            files = ", ".join(args.nccl_tests)
-            path = calibrate.save_cluster(cluster, args.save_cluster, header=[
-                "Cluster written by 'optimize nccl --save-cluster' (paraplan); sized by "
-                "--gpus (no num_nodes).",
-                f"NCCL calibration fitted to {files}:",
-                *calibrate.describe(result)])
-            calibration_doc["saved_cluster"] = str(path)
-        if not args.json:
-            from optimizer.report import _fmt_table
-
-            headers, rows = calibrate.row_table(result)
-            text = _fmt_table(headers, rows, title="nccl-tests vs the model (busbw GB/s)")
-            lines = calibrate.describe(result)
-            if args.save_cluster:
-                lines.append(f"wrote {calibration_doc['saved_cluster']}")
-            print(text + "\n".join(lines), file=sys.stderr)
-
-    warnings = _warnings(system, args.proto)
-    pred = predict(system, collective, size, n_ranks, n_nodes, args.algo, args.proto)
-    extra: dict[str, Any] = {}
-    if calibration_doc is not None:
-        extra["calibration"] = calibration_doc
-    if warnings:
-        extra["warnings"] = warnings
-    if args.sweep:
-        preds = sweep(system, collective, n_ranks, n_nodes, args.algo, args.proto)
-        cross = crossovers(system, collective, n_ranks, n_nodes, args.algo, args.proto)
-        if args.json:
-            extra["sweep"] = [{"size_bytes": p.nbytes, **p.chosen.to_dict()} for p in preds]
-            extra["crossovers"] = [{"size_bytes": s, "from": a, "to": b} for s, a, b in cross]
-        else:
-            _emit(render_sweep(preds, cross, cluster))
-    for w in warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    if args.json:
-        from optimizer.cli import emit_document
-
-        emit_document(nccl_document(pred, cluster, extra=extra))
-    elif not args.sweep or args.size is not None:
-        _emit(render_prediction(pred, cluster))
-    return 0
-
-
-def main(argv: Sequence[str]) -> int:
-    """``optimize nccl ARGV``; errors propagate as InputError (the CLI maps them to exit 2)."""
-    try:
-        return _run(list(argv))
-    except InputError as e:
-        raise _refield(e) from None

@@ -14,7 +14,7 @@ The lists depend only on the inputs, so they are the same in every process and o
 
 Batches (ecosystem.md 1.9). Trials are asked ``batch_size`` at a time from the seeded sampler,
 decoded, the configurations not scored before are scored in ONE vectorised
-:func:`costmodel.model.score` call (through :func:`optimizer.search.score_batch`), and the
+:func:`costmodel.model.score` call (through :func:`optimizer.search.base.score_batch`), and the
 trials are told in order with ``(tokens_per_s, peak_memory_bytes)`` and the constraint
 ``memory_over_limit = (peak - limit) / limit`` (feasible iff <= 0). Same seed, batch size,
 inputs and versions give the same study and the same front.
@@ -57,7 +57,7 @@ from costmodel.batch import ConfigBatch
 from costmodel.errors import InputError
 from costmodel.specs import PRECISIONS, RECOMPUTE, SCHEDULES
 from optimizer import storage as st
-from optimizer.search import CONSTRAINT_KEY, SearchOutcome, score_batch
+from optimizer.search.base import SearchOutcome, score_batch
 from search_spaces.enumerate import enumerate_valid
 from search_spaces.rules import Context
 from search_spaces.space import SearchSpace
@@ -68,6 +68,7 @@ PARAM_ORDER: tuple[str, ...] = (
     "precision", "nccl_algo", "nccl_proto",
 )
 SAMPLER_NAMES = ("tpe", "nsga2", "random")
+CONSTRAINT_KEY = "memory_over_limit"  # Trial.set_constraint key: feasible iff <= 0
 POLL_S = 0.5  # wait between checks while other workers hold the rest of the budget
 
 #: Sampler settings; TPE's were chosen with benchmarks/bench_search.py (hypervolume ratio).
@@ -222,7 +223,7 @@ def make_sampler(name: str, seed: int, trials: int):
     """``(sampler, settings)`` for ``tpe``, ``nsga2`` or ``random`` (explicit, ecosystem 1.1)."""
     import optuna
 
-    st._quiet_optuna()
+    st.quiet_optuna()
     if name == "tpe":
         settings = dict(TPE_SETTINGS)
         settings["n_startup_trials"] = min(settings["n_startup_trials"], max(1, trials // 5))
@@ -503,7 +504,7 @@ def polish_candidates(enc: Encoding, scored: _Scored, limit: float, k: int,
     selective -> full, tp x2 or pp x2), then by the parameters changed, in
     :data:`PARAM_ORDER`. Deterministic.
     """
-    from optimizer.pareto import hypervolume_2d, pareto_mask
+    from optimizer.search.pareto import hypervolume_2d, pareto_mask
 
     if k <= 0 or not scored.rows:
         return []

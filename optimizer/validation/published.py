@@ -120,12 +120,10 @@ Metrics
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import re
-import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -174,8 +172,9 @@ class SkipEntry(Exception):
 # Data location and loading
 # =============================================================================================
 def default_data_dir() -> Path:
-    """``<repo root>/../shared/validation`` (repo root = parent of the optimizer package)."""
-    return Path(__file__).resolve().parent.parent.parent / "shared" / "validation"
+    """``<repo root>/../shared/validation`` (repo root = parent of the optimizer package;
+    this file is ``<repo root>/optimizer/validation/published.py``)."""
+    return Path(__file__).resolve().parents[3] / "shared" / "validation"
 
 
 def resolve_data_dir(data: str | os.PathLike | None = None) -> Path:
@@ -1044,14 +1043,14 @@ def nccl_section(entries: Sequence[Mapping[str, Any]]) -> dict:
 # =============================================================================================
 # The whole validation
 # =============================================================================================
-def _finite(x: Any) -> Any:
+def finite(x: Any) -> Any:
     """JSON-safe: non-finite floats become None (recursively)."""
     if isinstance(x, float):
         return x if math.isfinite(x) else None
     if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
+        return {k: finite(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
-        return [_finite(v) for v in x]
+        return [finite(v) for v in x]
     return x
 
 
@@ -1362,58 +1361,11 @@ def format_report(res: Mapping[str, Any], *, verbose: bool = False, worst: int =
     return "\n".join(out)
 
 
-# =============================================================================================
-# CLI
-# =============================================================================================
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
-        raise InputError("", f"{self.prog}: {message}", f"see '{self.prog} --help'")
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="optimize validate",
-                description="Score the published runs of ../shared/validation with the cost "
-                            "model and report step-time, ranking and memory errors.")
-    p.add_argument("--data", metavar="DIR",
-                   help=f"validation data folder (default: ${ENV_VAR} or "
-                        "<repo>/../shared/validation)")
-    p.add_argument("--json", action="store_true", help="print the metrics as one JSON document")
-    p.add_argument("--check", action="store_true",
-                   help="exit 1 when a threshold fails (" + ", ".join(
-                       f"{k} {v}" for k, v in THRESHOLDS.items()) + ")")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="list skipped entries with reasons, sweeps and every run")
-    p.add_argument("--worst", type=int, default=10, metavar="N",
-                   help="show the N runs with the largest step-time error (default 10)")
-    p.add_argument("--include-derived", action="store_true",
-                   help="also compare entries whose only step time is derived "
-                        "(derived.iteration_time_s, Megatron SC21 Table 1)")
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``optimize validate``: 0 normally; with ``--check`` 1 when a threshold fails; bad input
-    raises :class:`InputError` (the CLI exits 2)."""
-    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    if args.worst < 0:
-        raise InputError("--worst", f"must be >= 0, got {args.worst}")
-    res = validate(args.data, include_derived=args.include_derived)
-    if args.json:
-        print(json.dumps(_finite(res), indent=2))
-    else:
-        print(format_report(res, verbose=args.verbose, worst=args.worst))
-    if args.check and not res["passed"]:
-        if not args.json:
-            print("validation thresholds failed", file=sys.stderr)
-        return 1
-    return 0
-
-
 __all__ = [
     "THRESHOLDS", "Run", "SkipEntry", "FrameworkFlags", "Predicted", "NcclCase",
     "default_data_dir", "resolve_data_dir", "load_data", "map_entry", "map_vtrain_row",
     "collect_runs", "drop_requotes", "predict", "average_ranks", "spearman", "ape", "sweep_key",
-    "nccl_case", "nccl_section", "validate", "format_report", "main", "framework_flags", "gpu_key",
+    "nccl_case", "nccl_section", "validate", "format_report", "framework_flags", "gpu_key",
     "inter_node_spec", "parse_precision", "parse_recompute", "parse_zero", "parse_vocab",
     "model_spec", "build_cluster", "measured_step_time",
 ]

@@ -1,55 +1,18 @@
 """Human-readable output: the front table, the recommendation, an evaluation breakdown.
 
-Rich tables when stdout is a terminal (and NO_COLOR / TERM=dumb are not set), plain aligned
-text otherwise, so pipes and CI logs stay clean.
+Tables come from :mod:`optimizer.output.tables` (rich on a terminal, plain text otherwise).
 """
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Sequence
 from typing import Any
+
+from optimizer.output.tables import fmt_table
 
 GIB = 1024**3
 
 FRONT_COLUMNS = ("#", "tp", "pp", "dp", "mbs", "m", "schedule", "recompute", "SP", "ZeRO",
                  "prec", "NCCL", "tokens/s", "MFU", "step s", "peak GiB", "bottleneck")
-
-
-def use_rich(stream=None) -> bool:
-    stream = stream or sys.stdout
-    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
-        return False
-    if os.environ.get("FORCE_COLOR"):
-        return True
-    return bool(getattr(stream, "isatty", lambda: False)())
-
-
-def _fmt_table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = "") -> str:
-    if use_rich():
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title=title or None)
-        for h in headers:
-            table.add_column(h, justify="right" if h not in ("schedule", "recompute",
-                                                              "bottleneck", "NCCL", "prec",
-                                                              "term", "component") else "left")
-        for r in rows:
-            table.add_row(*r)
-        console = Console(record=True, width=200)
-        with console.capture() as cap:
-            console.print(table)
-        return cap.get()
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
-    lines = [title] if title else []
-    lines.append("  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)))
-    lines.append("  ".join("-" * w for w in widths))
-    for r in rows:
-        lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
-    return "\n".join(lines) + "\n"
 
 
 def _schedule(cfg: dict[str, Any]) -> str:
@@ -65,7 +28,7 @@ def _nccl(cfg: dict[str, Any]) -> str:
 
 
 def front_rows(doc: dict[str, Any]) -> list[list[str]]:
-    from optimizer.diagnose import main_bottleneck
+    from optimizer.output.diagnose import main_bottleneck
 
     rows = []
     for i, p in enumerate(doc["pareto_front"]):
@@ -95,7 +58,7 @@ def render_front(doc: dict[str, Any]) -> str:
             f"sampler {st['sampler']}: {st['configs_evaluated']:,} configurations scored "
             f"({st['valid_space_size']:,} valid, {st['configs_feasible']:,} fit in memory), "
             f"Pareto front of {len(doc['pareto_front'])} in {st.get('wall_s', 0):.2f} s\n\n")
-    table = _fmt_table(FRONT_COLUMNS, front_rows(doc),
+    table = fmt_table(FRONT_COLUMNS, front_rows(doc),
                        "Pareto front: tokens/s vs peak memory (* = recommended)")
     return head + table + "\n" + render_recommendation(doc)
 
@@ -141,9 +104,9 @@ def render_evaluation(doc: dict[str, Any]) -> str:
            f"(limit {m['memory_limit_bytes'] / GIB:.1f} GiB), bubble "
            f"{m['bubble_share']:.1%} of the step", ""]
     trows = [[k, f"{v:.4f}", f"{v / step:.1%}"] for k, v in m["time_breakdown_s"].items()]
-    out.append(_fmt_table(("term", "seconds", "share"), trows, "Step time"))
+    out.append(fmt_table(("term", "seconds", "share"), trows, "Step time"))
     mrows = [[k, f"{v / GIB:.2f}"] for k, v in m["memory_breakdown_bytes"].items()]
-    out.append(_fmt_table(("component", "GiB"), mrows, "Memory (largest stage)"))
+    out.append(fmt_table(("component", "GiB"), mrows, "Memory (largest stage)"))
     for b in doc.get("bottlenecks", []):
         out.append(f"note: {b}")
     launch = doc.get("launch") or {}

@@ -308,7 +308,7 @@ def cluster_yaml(cluster: ClusterSpec, header: Sequence[str] = ()) -> str:
 
 def save_cluster(cluster: ClusterSpec, path: str | Path, header: Sequence[str] = ()) -> Path:
     """Write :func:`cluster_yaml` to ``path`` atomically (temp file + fsync + rename)."""
-    from optimizer.fileio import atomic_write_text
+    from optimizer.output.fileio import atomic_write_text
 
     text = cluster_yaml(cluster, header)
     for key in NCCL_CALIBRATION_KEYS:  # a sanity check: what we wrote must read back
@@ -333,7 +333,7 @@ def describe(result: CalibrationResult) -> list[str]:
 
 def row_table(result: CalibrationResult) -> tuple[list[str], list[list[str]]]:
     """(headers, rows) of the per-row comparison."""
-    from optimizer.nccl_cli import format_size
+    from optimizer.nccl.predict import format_size
 
     headers = ["size", "ranks", "nodes", "NCCL pick", "measured busbw", "model before",
                "err before", "model after", "err after"]

@@ -3,8 +3,8 @@
 The document (contract.md section 4) carries the resolved model, cluster and training inputs
 and every configuration's parallel fields, so the frozen records are rebuilt from it directly
 (``ModelSpec(**inputs["model"])`` and so on; the constructors re-validate every field) and the
-recommended configuration goes through :func:`optimizer.launch.slurm_script` or
-:func:`optimizer.launch.k8s_yaml`. A stored front (``optimize report``) can therefore be turned
+recommended configuration goes through :func:`optimizer.launch.scripts.slurm_script` or
+:func:`optimizer.launch.scripts.k8s_yaml`. A stored front (``optimize report``) can therefore be turned
 into a job file without repeating the search.
 """
 
@@ -104,11 +104,11 @@ def emit_for_doc(doc: Mapping[str, Any], kind: str, **options: Any) -> str:
     """The ``sbatch`` script (``kind="slurm"``) or the Kubeflow ``PyTorchJob`` YAML
     (``kind="k8s"``) for the recommended configuration of ``doc``.
 
-    ``options`` go to :func:`optimizer.launch.slurm_script` (``job_name``, ``script``,
-    ``partition``, ``time_limit``) or :func:`optimizer.launch.k8s_yaml` (``job_name``,
+    ``options`` go to :func:`optimizer.launch.scripts.slurm_script` (``job_name``, ``script``,
+    ``partition``, ``time_limit``) or :func:`optimizer.launch.scripts.k8s_yaml` (``job_name``,
     ``image``, ``script``).
     """
-    from optimizer import launch
+    from optimizer.launch import scripts as launch
 
     if kind not in EMIT_KINDS:
         raise InputError("--emit", f"unknown kind {kind!r}", did_you_mean(str(kind), EMIT_KINDS))

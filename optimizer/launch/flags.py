@@ -1,5 +1,6 @@
-"""Launch artefacts for one parallel configuration: Megatron-LM flags, a DeepSpeed config,
-torchtitan overrides, the process environment, warnings, and Slurm / Kubernetes wrappers.
+"""Launch flags for one parallel configuration: Megatron-LM flags, a DeepSpeed config,
+torchtitan overrides, the process environment and warnings (the Slurm / Kubernetes wrappers
+are :mod:`optimizer.launch.scripts`, the NCCL tuner CSV :mod:`optimizer.launch.tuner`).
 
 Everything here is a pure function of the frozen input records (no printing, no I/O); the
 ``launch`` object of the JSON output (contract.md section 4) is :func:`launch_bundle`.
@@ -24,8 +25,6 @@ reshard after forward for 2, reshard for 3).
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,18 +37,12 @@ __all__ = [
     "NCCL_PRODUCTION_WARNING",
     "deepspeed_config",
     "job_shape",
-    "k8s_manifest",
-    "k8s_yaml",
     "launch_bundle",
     "launch_env",
     "launch_warnings",
     "megatron_args",
     "nccl_algo_env",
-    "nccl_tuner_csv",
     "nccl_proto_env",
-    "shell_join",
-    "slurm_script",
-    "torchrun_command",
     "torchtitan_args",
 ]
 
@@ -70,7 +63,6 @@ _VOCAB_DIVISIBLE_BY = 128
 _DS_FP16 = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16,
             "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1}
 _DS_GRADIENT_CLIPPING = 1.0
-_MASTER_PORT = 29500
 _TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
 
 
@@ -571,253 +563,3 @@ def launch_bundle(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         "env": launch_env(cluster, config),
         "warnings": launch_warnings(config, model=model, cluster=cluster, training=training),
     }
-
-
-# --------------------------------------------------------------------------------------------
-# Launchers
-def torchrun_command(cluster: ClusterSpec, script: str = "pretrain_gpt.py", *,
-                     num_nodes: int | None = None, nproc_per_node: int | None = None,
-                     rdzv_endpoint: str = "${MASTER_ADDR}:${MASTER_PORT}",
-                     rdzv_id: str | None = None) -> list[str]:
-    """``torchrun`` with c10d rendezvous (ecosystem.md section 2.6), ending with ``script``.
-
-    The default endpoint is a shell expression: join the tokens with :func:`shell_join` in a
-    script that sets ``MASTER_ADDR``/``MASTER_PORT``, or pass a literal ``host:port``.
-    """
-    nodes = cluster.num_nodes if num_nodes is None else num_nodes
-    nproc = cluster.gpus_per_node if nproc_per_node is None else nproc_per_node
-    cmd = ["torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(nproc),
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint]
-    if rdzv_id is not None:
-        cmd += ["--rdzv-id", rdzv_id]
-    return [*cmd, script]
-
-
-def shell_join(tokens: Iterable[str]) -> str:
-    """Quote argv tokens for bash. Tokens made of ``${VAR}`` references and plain characters
-    (``${MASTER_ADDR}:${MASTER_PORT}``) are double-quoted so that they still expand; all others
-    are single-quoted where needed."""
-    return " ".join(f'"{t}"' if "$" in t and _EXPANDABLE.fullmatch(t) else shlex.quote(t)
-                    for t in tokens)
-
-
-_EXPANDABLE = re.compile(r"(?:\$\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z0-9_.:/@=+-])+")
-
-
-def slurm_script(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                 config: ParallelConfig, *, job_name: str = "paraplan",
-                 script: str = "pretrain_gpt.py", partition: str | None = None,
-                 time_limit: str | None = None) -> str:
-    """An ``sbatch`` script (ecosystem.md section 6.1): one task per node running ``torchrun``
-    with one process per GPU, rendezvous on the first node of the allocation."""
-    nodes, per_node = job_shape(cluster, config)
-    args = megatron_args(model, cluster, training, config)
-    env = launch_env(cluster, config)
-    lines = ["#!/bin/bash",
-             f"#SBATCH --job-name={shlex.quote(job_name)}",
-             f"#SBATCH --nodes={nodes}",
-             "#SBATCH --ntasks-per-node=1",
-             f"#SBATCH --gpus-per-node={per_node}",
-             "#SBATCH --exclusive"]
-    if partition:
-        lines.append(f"#SBATCH --partition={shlex.quote(partition)}")
-    if time_limit:
-        lines.append(f"#SBATCH --time={shlex.quote(time_limit)}")
-    lines += [f"# paraplan: {model.name} on {cluster.name or cluster.gpu.name}, "
-              f"tp={config.tp} pp={config.pp} dp={config.dp} "
-              f"micro_batch_size={config.micro_batch_size} precision={config.precision}"]
-    lines += [f"# WARNING: {w}" for w in launch_warnings(config, model=model, cluster=cluster,
-                                                          training=training)]
-    lines += ["set -euo pipefail", "",
-              'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-              "export MASTER_ADDR",
-              f"export MASTER_PORT={_MASTER_PORT}"]
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
-    run = ["srun", *torchrun_command(cluster, script, num_nodes=nodes, nproc_per_node=per_node,
-                                     rdzv_id="${SLURM_JOB_ID}")]
-    lines += ["", shell_join(run) + " \\"]
-    pairs = _argv_lines(args)
-    lines += [f"    {p}" + (" \\" if i < len(pairs) - 1 else "") for i, p in enumerate(pairs)]
-    return "\n".join(lines) + "\n"
-
-
-def _argv_lines(args: Sequence[str]) -> list[str]:
-    """One ``--flag [value ...]`` group per line."""
-    groups: list[list[str]] = []
-    for t in args:
-        if t.startswith("--") or not groups:
-            groups.append([t])
-        else:
-            groups[-1].append(t)
-    return [shell_join(g) for g in groups]
-
-
-def k8s_manifest(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                 config: ParallelConfig, *, job_name: str = "paraplan",
-                 image: str = "megatron-lm:latest", script: str = "pretrain_gpt.py"
-                 ) -> dict[str, Any]:
-    """A Kubeflow Training Operator v1 ``PyTorchJob`` (ecosystem.md section 6.2).
-
-    One Master and ``nodes - 1`` Workers, one pod per node; the container (named ``pytorch``)
-    runs ``torchrun``, which reads the operator's ``PET_NODE_RANK``/``PET_MASTER_ADDR``/
-    ``PET_MASTER_PORT``. ``image`` is a placeholder: the operator's templates usually own the
-    image and volumes, so treat the replica counts, env and args as the patch to apply.
-    """
-    nodes, per_node = job_shape(cluster, config)
-    env = launch_env(cluster, config)
-    args = ["--nnodes", str(nodes), "--nproc-per-node", str(per_node), script,
-            *megatron_args(model, cluster, training, config)]
-
-    def replica(count: int) -> dict[str, Any]:  # fresh lists per replica: no YAML aliases
-        container = {"name": "pytorch", "image": image, "command": ["torchrun"],
-                     "args": list(args),
-                     "env": [{"name": k, "value": v} for k, v in env.items()],
-                     "resources": {"limits": {"nvidia.com/gpu": per_node}}}
-        return {"replicas": count, "restartPolicy": "OnFailure",
-                "template": {"spec": {"containers": [container]}}}
-
-    specs = {"Master": replica(1)}
-    if nodes > 1:
-        specs["Worker"] = replica(nodes - 1)
-    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-            "metadata": {"name": job_name},
-            "spec": {"nprocPerNode": str(per_node), "pytorchReplicaSpecs": specs}}
-
-
-def k8s_yaml(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-             config: ParallelConfig, **kwargs: Any) -> str:
-    """:func:`k8s_manifest` as YAML (keyword arguments are passed through)."""
-    import yaml  # PyYAML, a declared dependency; imported here to keep module import light
-
-    manifest = k8s_manifest(model, cluster, training, config, **kwargs)
-    return yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False)
-
-
-# --------------------------------------------------------------------------------------------
-# NCCL tuner plugin CSV
-def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-                   config: ParallelConfig) -> str:
-    """NCCL's example tuner plugin configuration (``ext-tuner/example`` in the NCCL sources,
-    read from ``NCCL_TUNER_CONFIG_FILE`` when ``NCCL_TUNER_PLUGIN`` loads that plugin) for the
-    collectives ``config`` issues, one line per collective with the (algorithm, protocol)
-    NCCL's model picks for it (:func:`costmodel.collectives.collective_time_s`, honouring the
-    config's ``nccl_algo``/``nccl_proto``).
-
-    Columns (``#`` lines are comments)::
-
-        collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff
-
-    ``collective_type`` is broadcast, reduce, allgather, reducescatter or allreduce;
-    ``min_bytes``/``max_bytes`` the inclusive range of NCCL's nBytes (here the one modelled
-    size); ``algorithm`` tree, ring, collnet_direct, collnet_chain, nvls, nvls_tree or pat;
-    ``protocol`` ll, ll128 or simple; ``channels`` -1 (NCCL's own count: the model's
-    bandwidth is the graph's, nccl.md §11); ``nNodes``/``nRanks`` the communicator;
-    ``numPipeOps`` and ``regBuff`` -1 (any).
-
-    Collectives (the sizes :mod:`costmodel.model` scores): TP (``tp > 1``) one all-reduce of a
-    layer's activations ``b x s x h`` x activation bytes, or with sequence parallelism an
-    all-gather and a reduce-scatter of that total size; DP (``dp > 1``) the gradient reduction
-    in buckets (all-reduce, or reduce-scatter + parameter all-gather with ZeRO): Megatron
-    ``max(40M, 1M x dp)`` elements (one bucket without ``overlap_grad_reduce``), DeepSpeed
-    ``reduce_bucket_size = h x h`` (500M elements without ZeRO; its BF16_Optimizer, bf16 or fp8
-    weights at ZeRO 0/1, all-reduces 500M-element buffers and then all-gathers the updated
-    parameters, the stage's partition in one call as the cost model scores it: DeepSpeed's
-    all_gather_into_tensor path ignores ``allgather_bucket_size``), FSDP one transformer layer
-    (PyTorch DDP's 25 MiB without ZeRO), ZeRO-3 one layer; a bucket never exceeds the stage's
-    gradients. Tied embeddings with ``pp > 1``: the embedding-gradient all-reduce between the
-    first and last stage. Pipeline send/recv is not in NCCL's table and has no line.
-    """
-    import numpy as np  # lazy: launch stays importable without the cost model's dependencies
-
-    from costmodel import collectives as coll
-    from costmodel import topology
-    from costmodel.calibration import FRAMEWORKS
-    from costmodel.compute import ACT_BYTES, padded_vocab
-    from costmodel.memory import PARAM_BYTES
-    from costmodel.model import grad_wire_bytes, uses_bf16_optimizer
-    from costmodel.specs import PRECISIONS
-
-    job_shape(cluster, config)
-    prec = PRECISIONS.index(config.precision)
-    ea, pb = float(ACT_BYTES[prec]), float(PARAM_BYTES[prec])
-    gb = float(grad_wire_bytes(FRAMEWORKS[training.framework], prec))  # as the model scores
-    t, p, d = config.tp, config.pp, config.dp
-    h = float(model.hidden_size)
-    lay = topology.layout_topology(cluster, t, p, d)
-    vocab = float(padded_vocab(model.vocab_size, np.asarray(t)))
-    layer = float(model.params_per_layer) / t
-    stage_layers = -(-model.num_layers // p)  # the heaviest stage holds ceil(L/p) layers
-    body = stage_layers * layer
-    head = 0.0 if (model.tied_embeddings and p == 1) else vocab * h
-    first = body + vocab * h / t + (head / t if p == 1 else 0.0)
-    psi = max(first, body + head / t if p > 1 else 0.0)  # the largest stage's parameters
-    calls: list[tuple[str, str, float, int, int]] = []  # (comment, collective, bytes, n, nodes)
-    if t > 1:
-        act = config.micro_batch_size * training.seq_length * h * ea
-        what = f"a layer's activations (b*s*h*{ea:g} B)"
-        if config.sequence_parallel:
-            calls.append((f"TP all-gather of {what}", "allgather", act, t, lay.tp.n_nodes))
-            calls.append((f"TP reduce-scatter of {what}", "reducescatter", act, t,
-                          lay.tp.n_nodes))
-        else:
-            calls.append((f"TP all-reduce of {what}", "allreduce", act, t, lay.tp.n_nodes))
-    if d > 1:
-        z, fw = config.zero_stage, training.framework
-        bf16_opt = bool(uses_bf16_optimizer(FRAMEWORKS[fw], prec, z))
-        if z >= 3 or (fw == "fsdp" and z >= 1):
-            grad_el = param_el = layer
-            src = "one layer (FSDP unit)"
-        elif bf16_opt:
-            grad_el, param_el = 5e8, psi
-            src = "DeepSpeed BF16_Optimizer"
-        elif fw == "deepspeed":
-            grad_el = param_el = h * h if z >= 1 else 5e8
-            src = "DeepSpeed reduce_bucket_size" if z >= 1 else "DeepSpeed allreduce bucket"
-        elif fw == "fsdp":
-            grad_el = param_el = 25 * 2**20 / gb
-            src = "PyTorch DDP bucket_cap_mb=25"
-        else:
-            grad_el = param_el = max(40e6, 1e6 * d) if training.overlap_grad_reduce else psi
-            src = "Megatron DDP bucket" if training.overlap_grad_reduce else "one bucket"
-        grad_el, param_el = min(grad_el, psi), min(param_el, psi)
-        if z == 0 or bf16_opt:
-            calls.append((f"DP gradient all-reduce, {src}", "allreduce", grad_el * gb, d,
-                          lay.dp.n_nodes))
-        if bf16_opt:
-            calls.append((f"DP parameter all-gather, {src}", "allgather", param_el * pb, d,
-                          lay.dp.n_nodes))
-        elif z > 0:
-            calls.append((f"DP gradient reduce-scatter, {src}", "reducescatter", grad_el * gb, d,
-                          lay.dp.n_nodes))
-            calls.append((f"DP parameter all-gather, {src}", "allgather", param_el * pb, d,
-                          lay.dp.n_nodes))
-    if model.tied_embeddings and p > 1:
-        calls.append(("embedding-gradient all-reduce, first and last stage", "allreduce",
-                      vocab * h / t * gb, 2, 2 if lay.pp.crosses_nodes else 1))
-
-    system = coll.nccl_system(cluster)
-    names = {"collnetdirect": "collnet_direct", "collnetchain": "collnet_chain",
-             "nvlstree": "nvls_tree"}
-    lines = [
-        f"# NCCL tuner plugin CSV (ext-tuner/example) written by paraplan for tp={t} pp={p} "
-        f"dp={d} on {cluster.name}",
-        "# use: NCCL_TUNER_PLUGIN=<path>/libnccl-tuner-example.so "
-        "NCCL_TUNER_CONFIG_FILE=<this file>",
-        f"# picks from NCCL's {coll.NCCL_VERSION} cost model (NCCL_ALGO={config.nccl_algo}, "
-        f"NCCL_PROTO={config.nccl_proto}); sizes are NCCL's nBytes",
-        "# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,"
-        "numPipeOps,regBuff",
-    ]
-    seen: set[tuple[str, int, int, int]] = set()
-    for comment, name, nbytes, n, nn in calls:
-        size = int(round(nbytes))
-        if size < 1 or (name, size, n, nn) in seen:
-            continue
-        seen.add((name, size, n, nn))
-        r = coll.collective_time_s(system, name, float(size), n, nn, config.nccl_algo,
-                                   config.nccl_proto)
-        algo = str(r.algo_names()[()])
-        proto = str(r.proto_names()[()])
-        lines.append(f"# {comment}: predicted {float(r.time_s) * 1e6:.1f} us")
-        lines.append(f"{name},{size},{size},{names.get(algo, algo)},{proto},-1,{nn},{n},-1,-1")
-    return "\n".join(lines) + "\n"

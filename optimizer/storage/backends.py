@@ -1,4 +1,4 @@
-"""Optuna storages and studies for paraplan: open, check, resume, share (ecosystem.md 1.7-1.9).
+"""Opening Optuna storages from a ``--storage`` string (ecosystem.md 1.7-1.8).
 
 ``open_storage(spec)`` turns the ``--storage`` string into an Optuna storage:
 
@@ -17,49 +17,23 @@
   whose link names its holder, so a lock left by a writer killed on this host is broken at
   once instead of after a grace period.
 
-Resuming a killed search. Every trial paraplan asks is tagged with the user attribute
-``worker`` = ``host:pid:start-time:run`` of the process (and search) that owns it. At
-start-up (and while a worker waits for others) :func:`fail_dead_trials` marks FAIL the
-RUNNING trials nobody will ever finish:
-
-- owner on this host whose process is gone (pid not alive, or reused: start time differs),
-  or is this process but not a search running now (an earlier, interrupted call);
-- journal storages: also every RUNNING trial owned by another host or by nobody. A journal
-  file has a **single-writer assumption** per host: several processes on one machine may share
-  it (their pids are checked), several machines must not (use an RDB; ecosystem.md 1.7/1.8).
-  A worker starting next to a running one may so fail a trial the other has just asked and
-  not yet tagged; that worker drops the trial and asks again (optuna_search._loop);
-- RDB storages: trials of other hosts are left to Optuna's heartbeat; a RUNNING trial without
-  an owner tag (its worker died between ``ask`` and the tag) is failed once it is older than
-  the grace period;
-- while a worker waits for others, any RUNNING trial older than the grace period whose owner
-  cannot be seen alive is failed (so a lost worker never blocks the others for ever).
-
-Failed trials never count: a search stops when the study holds exactly the requested number
-of finished (COMPLETE + PRUNED) trials, see :mod:`optimizer.optuna_search`.
-
-A study records its inputs in user attributes (tool, Optuna and numpy versions, input
-fingerprint, seed, sampler settings, cost-model version, batch size); re-opening it for a
-different problem raises :class:`costmodel.errors.InputError` (field ``study_name``).
+The studies inside a storage (open, check, resume, the workers' trials, the stored result) are
+:mod:`optimizer.storage.study`'s.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime as _dt
 import functools
 import json
 import os
-import socket
 import time
 import warnings
-import zlib
-from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from costmodel.errors import InputError, did_you_mean
 from costmodel.loaders import expand_user
+from optimizer.storage.workers import process_alive, worker_id
 
 HEARTBEAT_INTERVAL_S = 60
 GRACE_PERIOD_S = 120
@@ -67,14 +41,9 @@ SQLITE_TIMEOUT_S = 30.0
 JOURNAL_LOCK_GRACE_S = 10  # a lock held this long by one holder (of unknown liveness) is broken
 RDB_DIALECTS = ("sqlite", "postgresql", "mysql")
 REDIS_SCHEMES = ("redis", "rediss", "unix")
-WORKER_ATTR = "worker"
-RESULT_ATTR = "result"
-RESULT_CHUNK = 60_000  # bytes per user attribute (MySQL TEXT holds 64 KiB)
-DIRECTIONS = ("maximize", "minimize")
-METRIC_NAMES = ("tokens_per_s", "peak_memory_bytes")
 
 
-def _quiet_optuna() -> None:
+def quiet_optuna() -> None:
     """Silence Optuna's own logging and its experimental-feature warnings (ecosystem 1.14)."""
     import optuna
 
@@ -126,7 +95,7 @@ def open_storage(spec: str | None):
     """An Optuna storage for ``spec`` (see the module docstring). Raises InputError
     (field ``storage``) for bad URLs, unreachable servers, missing drivers, unreadable or
     corrupted journal files."""
-    _quiet_optuna()
+    quiet_optuna()
     kind = storage_kind(spec)
     if kind == "memory":
         from optuna.storages import InMemoryStorage
@@ -292,7 +261,7 @@ def _lock_holder_alive(target: str) -> bool | None:
         return None  # Optuna's own lock (the link points at the journal): grace period only
     try:
         host, pid_text, start, _nonce = target.split(":", 1)[1].rsplit(":", 3)
-        return _process_alive(host, int(pid_text), start)
+        return process_alive(host, int(pid_text), start)
     except ValueError:
         return None
 
@@ -395,241 +364,3 @@ def _complete_prefix(f, size: int, window: int = 1 << 20) -> int:
         if start == 0:
             return 0
         window *= 4
-
-
-# ---------------------------------------------------------------------------------------------
-# studies
-def library_versions() -> dict[str, str]:
-    import numpy
-    import optuna
-
-    from costmodel import COST_MODEL_VERSION
-    from optimizer.api import tool_version
-
-    return {"tool_version": tool_version(), "optuna_version": optuna.__version__,
-            "numpy_version": numpy.__version__, "cost_model_version": COST_MODEL_VERSION}
-
-
-def study_exists(storage, study_name: str | None) -> bool:
-    """Whether ``storage`` already holds a study called ``study_name``."""
-    import optuna
-
-    if study_name is None:
-        return False
-    return study_name in optuna.get_all_study_names(storage=storage)
-
-
-def open_study(storage, study_name: str | None, sampler, user_attrs: Mapping[str, Any],
-               *, check_attrs: Sequence[str] = ("fingerprint",)):
-    """Create or load the study ``study_name`` (``load_if_exists=True``) with two objectives
-    (maximise tokens/s, minimise peak memory).
-
-    ``user_attrs`` are recorded on a new study (and on a loaded one that lacks them). When the
-    study already exists, each key of ``check_attrs`` it records must equal ``user_attrs``'s
-    value, else InputError(field ``study_name``): the study holds a different problem.
-    """
-    import optuna
-
-    _quiet_optuna()
-    try:
-        study = optuna.create_study(storage=storage, sampler=sampler, study_name=study_name,
-                                    directions=list(DIRECTIONS), load_if_exists=True)
-    except ValueError as e:  # e.g. an existing single-objective study of that name
-        raise InputError("study_name", f"study {study_name!r} cannot be used: {e}",
-                         "use another --study-name") from None
-    if [d.name.lower() for d in study.directions] != list(DIRECTIONS):
-        raise InputError("study_name", f"study {study_name!r} has directions "
-                         f"{[d.name.lower() for d in study.directions]}, not {list(DIRECTIONS)}",
-                         "use another --study-name")
-    existing = study.user_attrs
-    for key in check_attrs:
-        if key in existing and key in user_attrs and existing[key] != user_attrs[key]:
-            raise InputError("study_name", f"study {study_name!r} in this storage holds a "
-                             f"different problem ({key} {existing[key]!r} != "
-                             f"{user_attrs[key]!r})", "use another --study-name, or the "
-                             "inputs the study was created with")
-    for key, value in user_attrs.items():
-        if key not in existing:
-            study.set_user_attr(key, value)
-    if not study.metric_names:
-        study.set_metric_names(list(METRIC_NAMES))
-    return study
-
-
-def finished_states():
-    from optuna.trial import TrialState
-
-    return (TrialState.COMPLETE, TrialState.PRUNED)
-
-
-def count_finished(study) -> int:
-    """COMPLETE + PRUNED trials of the study (what ``--trials`` counts)."""
-    return len(study.get_trials(deepcopy=False, states=finished_states()))
-
-
-# ---------------------------------------------------------------------------------------------
-# workers and dead trials
-def _proc_start(pid: int) -> str:
-    """The process start time in clock ticks since boot (Linux), '' where unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read().decode(errors="replace")
-        return data.rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
-
-
-_ACTIVE_RUNS: set[str] = set()  # run tokens of the searches running in this process
-
-
-def worker_id(run: str = "") -> str:
-    """``host:pid:start-time:run`` of this process and search (the owner tag of its trials).
-
-    ``run`` is a token of one search in this process; while it is registered with
-    :func:`begin_run`, trials tagged with it count as alive."""
-    pid = os.getpid()
-    return f"{socket.gethostname()}:{pid}:{_proc_start(pid)}:{run}"
-
-
-def begin_run() -> str:
-    """Register a search running in this process; returns its token (see :func:`end_run`)."""
-    import uuid
-
-    token = uuid.uuid4().hex[:12]
-    _ACTIVE_RUNS.add(token)
-    return token
-
-
-def end_run(token: str) -> None:
-    _ACTIVE_RUNS.discard(token)
-
-
-def _process_alive(host: str, pid: int, start: str) -> bool | None:
-    """Whether process ``pid`` (started at ``start``) on ``host`` runs; None for another host."""
-    if host != socket.gethostname():
-        return None
-    if pid == os.getpid():
-        return not start or start == _proc_start(pid)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    now = _proc_start(pid)
-    return not (start and now and now != start)
-
-
-def _owner_alive(owner: str) -> bool | None:
-    """True/False for an owner tag (:func:`worker_id`) on this host, None for another host."""
-    try:
-        host, pid_text, start, run = owner.rsplit(":", 3)
-        pid = int(pid_text)
-    except ValueError:
-        return None
-    alive = _process_alive(host, pid, start)
-    if alive and pid == os.getpid():
-        return run in _ACTIVE_RUNS  # this process: alive while that search runs
-    return alive
-
-
-def fail_trials(study, trials: Iterable) -> int:
-    """Mark ``trials`` FAIL (skipping those another process finished first); return how many."""
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.trial import TrialState
-
-    n = 0
-    for t in trials:
-        try:
-            if study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
-                n += 1
-        except UpdateFinishedTrialError:
-            pass
-    return n
-
-
-def fail_dead_trials(study, kind: str, *, at_startup: bool, own: Iterable[int] = ()) -> int:
-    """Fail RUNNING trials that no live process will finish (rules in the module docstring).
-
-    ``kind`` is :func:`storage_kind`'s answer; ``own`` are trial ids this process is working on.
-    Returns the number of trials failed.
-    """
-    from optuna.storages import fail_stale_trials
-    from optuna.trial import TrialState
-
-    if kind == "memory":
-        return 0
-    if kind == "rdb":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fail_stale_trials(study)  # Optuna's heartbeat: other hosts' dead workers
-    own = set(own)
-    now = _dt.datetime.now()
-    dead = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if t._trial_id in own:
-            continue
-        owner = t.user_attrs.get(WORKER_ATTR)
-        alive = _owner_alive(owner) if isinstance(owner, str) else None
-        old = (t.datetime_start is not None
-               and (now - t.datetime_start).total_seconds() > GRACE_PERIOD_S)
-        if alive is False:
-            dead.append(t)
-        elif alive is None and kind in ("journal", "redis") and (at_startup or old):
-            dead.append(t)  # single-writer assumption (module docstring)
-        elif alive is None and kind == "rdb" and old and (owner is None or not at_startup):
-            dead.append(t)  # untagged, or its host's heartbeat never came: long gone
-    return fail_trials(study, dead)
-
-
-def record_heartbeat(study, trial) -> None:
-    """Record one heartbeat for ``trial`` when the storage has heartbeats (RDB)."""
-    from optuna.storages._heartbeat import is_heartbeat_enabled
-
-    storage = study._storage
-    if is_heartbeat_enabled(storage):
-        storage.record_heartbeat(trial._trial_id)
-
-
-# ---------------------------------------------------------------------------------------------
-# the result document
-def save_result(study, doc: Mapping[str, Any]) -> None:
-    """Store the front document (``optimize --json``) in the study's user attribute
-    ``result``; documents over 60 kB are stored zlib-compressed in chunks
-    (``result`` then says ``{"encoding": "zlib+base64", "chunks": n}``)."""
-    text = json.dumps(doc, separators=(",", ":"), sort_keys=True)
-    if len(text.encode()) <= RESULT_CHUNK:
-        study.set_user_attr(RESULT_ATTR, json.loads(text))
-        return
-    blob = base64.b64encode(zlib.compress(text.encode(), 9)).decode()
-    chunks = [blob[i:i + RESULT_CHUNK] for i in range(0, len(blob), RESULT_CHUNK)]
-    for i, chunk in enumerate(chunks):
-        study.set_user_attr(f"{RESULT_ATTR}_chunk_{i}", chunk)
-    study.set_user_attr(RESULT_ATTR, {"encoding": "zlib+base64", "chunks": len(chunks)})
-
-
-def load_result(storage, study_name: str) -> dict | None:
-    """The front document saved by :func:`save_result`, or None (no study, or no result yet).
-
-    ``storage`` is a storage object or a ``--storage`` string."""
-    import optuna
-
-    if storage is None or isinstance(storage, str):
-        storage = open_storage(storage)
-    try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
-    except KeyError:
-        return None
-    attrs = study.user_attrs
-    doc = attrs.get(RESULT_ATTR)
-    if isinstance(doc, dict) and doc.get("encoding") == "zlib+base64":
-        blob = "".join(attrs[f"{RESULT_ATTR}_chunk_{i}"] for i in range(int(doc["chunks"])))
-        return json.loads(zlib.decompress(base64.b64decode(blob)))
-    return doc
-
-
-__all__ = [
-    "DIRECTIONS", "METRIC_NAMES", "count_finished", "fail_dead_trials", "fail_trials",
-    "begin_run", "end_run", "library_versions", "load_result", "open_storage", "open_study", "record_heartbeat",
-    "redact", "repair_journal", "save_result", "storage_kind", "study_exists", "worker_id",
-]

@@ -30,7 +30,6 @@ Same file, same versions => same front (ecosystem.md section 1.9; style.md secti
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
@@ -98,7 +97,7 @@ class StudyFile:
 
     def problem(self):
         """The :class:`optimizer.api.Problem` this study searches."""
-        from optimizer.api import resolve_problem
+        from optimizer.problem import resolve_problem
 
         try:
             return resolve_problem(model=self.model, cluster=self.cluster,
@@ -217,7 +216,7 @@ def _objectives(raw: Any) -> tuple[tuple[str, str], ...]:
 
 
 def _search(raw: dict[str, Any]) -> dict[str, Any]:
-    from optimizer.search import SAMPLERS
+    from optimizer.search.engine import SAMPLERS
 
     out = dict(SEARCH_DEFAULTS)
     out.update(raw)
@@ -396,7 +395,7 @@ def _study_section(study: StudyFile, study_name: str) -> dict[str, Any]:
 def _versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
-    from optimizer.api import tool_version
+    from optimizer.problem import tool_version
 
     out = {"paraplan": tool_version()}
     for pkg in ("optuna", "numpy", "networkx"):
@@ -543,64 +542,3 @@ def _missing_local_storage(spec: str) -> bool:
         rest = spec[len("sqlite:///"):]
         return bool(rest) and rest != ":memory:" and not Path(rest).exists()
     return False
-
-
-# ---------------------------------------------------------------------------------------------
-# The command line: ``optimize --study FILE`` and ``optimize report --study FILE``.
-_DEFINITION_FLAGS = ("model", "gpus", "cluster", "seq_length", "global_batch_size",
-                     "memory_limit_gib", "framework")
-_DEFAULTED_FLAGS = ("gpu", "gpus_per_node", "memory_fraction", "sampler", "trials", "seed",
-                    "batch_size", "allow_cross_node_tp", "tp_comm_overlap")
-
-
-def _check_no_definition_flags(args: argparse.Namespace) -> None:
-    """Flags that would change the study's definition are refused with ``--study``: the file
-    is the single record of what was searched."""
-    from optimizer import cli
-
-    defaults = cli._main_parser()
-    given = [f for f in _DEFINITION_FLAGS if getattr(args, f, None) is not None]
-    given += [f for f in _DEFAULTED_FLAGS
-              if hasattr(args, f) and getattr(args, f) != defaults.get_default(f)]
-    given += [k[len("space_"):] for k, v in vars(args).items()
-              if k.startswith("space_") and v is not None]
-    if given:
-        flags = ", ".join("--" + f.replace("_", "-") for f in given)
-        raise InputError("--study", f"cannot be combined with {flags}",
-                         "the study file defines the search: edit its model, cluster, "
-                         "training, space, constraints or search section instead")
-
-
-def _progress(args: argparse.Namespace) -> bool:
-    return not getattr(args, "quiet", False) and sys.stderr.isatty()
-
-
-def cli_run(args: argparse.Namespace) -> int:
-    """``optimize --study FILE [--json] [--storage URL --study-name N] [--plot PNG]``."""
-    from optimizer.cli import output_result
-
-    _check_no_definition_flags(args)
-    study = load_study_file(args.study)
-    doc = run_study(study, storage_override=getattr(args, "storage", None),
-                    study_name_override=getattr(args, "study_name", None),
-                    jobs=getattr(args, "jobs", 1) or 1, progress=_progress(args))
-    return output_result(doc, args)
-
-
-def cli_report(argv: Sequence[str]) -> int:
-    """``optimize report --study FILE [--json] [--plot PNG] [--storage URL --study-name N]``."""
-    from optimizer.cli import _Parser, output_result
-
-    p = _Parser(prog="optimize report",
-                description="Render a study's stored Pareto front from its storage alone "
-                            "(nothing is recomputed).")
-    p.add_argument("--study", required=True, help="the study file (YAML)")
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    p.add_argument("--plot", metavar="PNG", help="write the Pareto plot (needs matplotlib)")
-    p.add_argument("--storage", help="read this Optuna storage instead of the file's")
-    p.add_argument("--study-name", help="read this study instead of the file's study_name")
-    args = p.parse_args(list(argv))
-    study = load_study_file(args.study)
-    doc = report_study(study, storage_override=args.storage,
-                       study_name_override=args.study_name)
-    return output_result(doc, argparse.Namespace(json=args.json, plot=args.plot, emit=None))

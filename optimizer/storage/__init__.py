@@ -1,0 +1,48 @@
+"""Optuna storages and the paraplan studies in them (ecosystem.md 1.7-1.9).
+
+- :mod:`~optimizer.storage.backends`: ``--storage`` string -> Optuna storage (in-memory, RDB
+  with heartbeats, Redis journal, journal file with a torn-line repair and an owned lock);
+- :mod:`~optimizer.storage.workers`: worker identities (``host:pid:start-time:run``) and
+  whether their owner is alive;
+- :mod:`~optimizer.storage.study`: open and check a study, fail the trials of dead workers,
+  store and load the result document.
+
+The names below are the package's interface (the Optuna adapter uses them as ``st.NAME``);
+modules inside the package import each other by module.
+"""
+
+from __future__ import annotations
+
+from optimizer.storage.backends import (
+    GRACE_PERIOD_S,
+    HEARTBEAT_INTERVAL_S,
+    open_storage,
+    quiet_optuna,
+    redact,
+    repair_journal,
+    storage_kind,
+)
+from optimizer.storage.study import (
+    DIRECTIONS,
+    METRIC_NAMES,
+    WORKER_ATTR,
+    count_finished,
+    fail_dead_trials,
+    fail_trials,
+    finished_states,
+    library_versions,
+    load_result,
+    open_study,
+    record_heartbeat,
+    save_result,
+    study_exists,
+)
+from optimizer.storage.workers import begin_run, end_run, worker_id
+
+__all__ = [
+    "DIRECTIONS", "GRACE_PERIOD_S", "HEARTBEAT_INTERVAL_S", "METRIC_NAMES", "WORKER_ATTR",
+    "begin_run", "count_finished", "end_run", "fail_dead_trials", "fail_trials",
+    "finished_states", "library_versions", "load_result", "open_storage", "open_study",
+    "quiet_optuna", "record_heartbeat", "redact", "repair_journal", "save_result",
+    "storage_kind", "study_exists", "worker_id",
+]

@@ -1,0 +1,76 @@
+"""Who owns a trial or a journal lock: ``host:pid:start-time:run`` identities and liveness.
+
+A search tags each trial it asks with :func:`worker_id`; :func:`owner_alive` tells whether
+the owner of a tag (or of a journal lock link) can still finish it: its process on this host is
+alive with the same start time and, for this process, the search is still running
+(:func:`begin_run` / :func:`end_run`). ``None`` means "cannot tell" (another host).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+
+def _proc_start(pid: int) -> str:
+    """The process start time in clock ticks since boot (Linux), '' where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode(errors="replace")
+        return data.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+_ACTIVE_RUNS: set[str] = set()  # run tokens of the searches running in this process
+
+
+def worker_id(run: str = "") -> str:
+    """``host:pid:start-time:run`` of this process and search (the owner tag of its trials).
+
+    ``run`` is a token of one search in this process; while it is registered with
+    :func:`begin_run`, trials tagged with it count as alive."""
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_proc_start(pid)}:{run}"
+
+
+def begin_run() -> str:
+    """Register a search running in this process; returns its token (see :func:`end_run`)."""
+    import uuid
+
+    token = uuid.uuid4().hex[:12]
+    _ACTIVE_RUNS.add(token)
+    return token
+
+
+def end_run(token: str) -> None:
+    _ACTIVE_RUNS.discard(token)
+
+
+def process_alive(host: str, pid: int, start: str) -> bool | None:
+    """Whether process ``pid`` (started at ``start``) on ``host`` runs; None for another host."""
+    if host != socket.gethostname():
+        return None
+    if pid == os.getpid():
+        return not start or start == _proc_start(pid)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    now = _proc_start(pid)
+    return not (start and now and now != start)
+
+
+def owner_alive(owner: str) -> bool | None:
+    """True/False for an owner tag (:func:`worker_id`) on this host, None for another host."""
+    try:
+        host, pid_text, start, run = owner.rsplit(":", 3)
+        pid = int(pid_text)
+    except ValueError:
+        return None
+    alive = process_alive(host, pid, start)
+    if alive and pid == os.getpid():
+        return run in _ACTIVE_RUNS  # this process: alive while that search runs
+    return alive

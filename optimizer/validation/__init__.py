@@ -1,0 +1,6 @@
+"""The cost model against measurements of real training runs.
+
+:mod:`~optimizer.validation.published` maps the published runs (``../shared/validation``) to
+runs, scores them and computes the error metrics of ``optimize validate``
+(:mod:`optimizer.cli.validate`).
+"""
