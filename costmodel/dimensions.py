@@ -161,6 +161,15 @@ class Dimension:
         return tuple(d(model, cluster, training) if callable(d) else d)
 
     @property
+    def default_values_text(self) -> str:
+        """What :meth:`default_values` gives, in words (the CLI help)."""
+        d = self.space_default
+        if callable(d):
+            text = " ".join((d.__doc__ or "").split(". ")[0].split()).rstrip(".")
+            return text[:1].lower() + text[1:]
+        return ", ".join(str(v).lower() for v in ((self.default,) if d is None else d))
+
+    @property
     def param(self) -> OptunaParam:
         return self.optuna or OptunaParam(self.name, 100)
 
@@ -172,7 +181,11 @@ class Dimension:
     @property
     def valid_text(self) -> str:
         """The valid values, as the CLI help and error hints say them."""
-        if self.kind in (CHOICE, STRING):
+        if self.kind == STRING:
+            names = ", ".join(v for v in self.values if v != "auto")
+            return (f"auto, or {names} in NCCL's grammar (a,b  ^a  "
+                    f"allreduce:a;allgather:b)")
+        if self.kind == CHOICE:
             return ", ".join(self.values)
         if self.kind == BOOL:
             return "true, false"
@@ -249,8 +262,8 @@ DEFAULT_MICRO_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16)
 
 
 def default_tp(model: Any, cluster: Any, training: Any) -> list[int]:
-    """Powers of two and divisors of ``gpus_per_node``, up to
-    ``min(2 * gpus_per_node, num_attention_heads, num_gpus)``. Cross-node values
+    """Powers of two and divisors of gpus_per_node up to min(2 * gpus_per_node,
+    num_attention_heads, num_gpus). Cross-node values
     (``tp > gpus_per_node``) are kept so the search can show why they are bad; the
     ``tp_within_node`` rule rejects them unless cross-node TP is allowed."""
     gpn = cluster.gpus_per_node
@@ -260,7 +273,7 @@ def default_tp(model: Any, cluster: Any, training: Any) -> list[int]:
 
 
 def default_pp(model: Any, cluster: Any, training: Any) -> list[int]:
-    """Divisors of ``num_layers`` or of ``num_gpus``, up to both. pp values that tile the GPUs
+    """Divisors of num_layers or of num_gpus, up to both. pp values that tile the GPUs
     need not divide the layers (uneven split, see the pp_splits_layers rule): Llama 3 405B's
     126 layers on 16 stages."""
     world = cluster.num_gpus
@@ -274,7 +287,8 @@ def default_micro_batch_sizes(model: Any, cluster: Any, training: Any) -> list[i
 
 
 def default_precision(model: Any, cluster: Any, training: Any) -> tuple[str]:
-    """bf16 where the GPU has it, else fp16 (else tf32, fp32, else its first precision)."""
+    """bf16 where the GPU has it, else fp16, tf32 or fp32. (A GPU with none of them: its
+    first precision.)"""
     return (next((p for p in ("bf16", "fp16", "tf32", "fp32") if cluster.gpu.supports(p)),
                  next(iter(cluster.gpu.peak_flops_per_s))),)
 

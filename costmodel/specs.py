@@ -443,7 +443,7 @@ class ParallelConfig:
     tp: int = dim(INT, 1, "tensor-parallel size", space_default=default_tp, expand_rank=0,
                   optuna=OptunaParam("layout", 0, layout_token, log_steps=True),
                   column=Column("tp", 10))
-    pp: int = dim(INT, 1, "pipeline-parallel size (stages)", space_default=default_pp,
+    pp: int = dim(INT, 1, "pipeline-parallel size", space_default=default_pp,
                   expand_rank=1, optuna=OptunaParam("layout", 0), column=Column("pp", 20))
     dp: int = dim(INT, 1, "data-parallel size",
                   derived="world_size / (tp * pp); search tp and pp instead",
@@ -460,24 +460,24 @@ class ParallelConfig:
                          codes=Recompute, space_default=RECOMPUTE, expand_rank=10,
                          optuna=OptunaParam("recompute", 2),
                          column=Column("recompute", 60, left=True))
-    sequence_parallel: bool = dim(BOOL, False, "Megatron sequence parallelism (with tp > 1)",
+    sequence_parallel: bool = dim(BOOL, False, "Megatron sequence parallelism, with tp > 1",
                                   space_default=(False, True), expand_rank=7,
                                   optuna=OptunaParam("sequence_parallel", 3),
                                   column=Column("SP", 70, yes_dash))
-    zero_stage: int = dim(INT, 0, "ZeRO stage (1: distributed optimizer, 3: fully sharded)",
+    zero_stage: int = dim(INT, 0, "ZeRO stage: 1 distributed optimizer, 3 fully sharded",
                           minimum=0, maximum=3, space_default=(0, 1), expand_rank=6,
                           optuna=OptunaParam("zero_stage", 4), column=Column("ZeRO", 80))
     schedule: str = dim(CHOICE, "1f1b", "pipeline schedule", values=SCHEDULES, codes=Schedule,
                         space_default=("1f1b", "interleaved"), expand_rank=4,
                         optuna=OptunaParam("schedule", 5, schedule_token),
                         column=Column("schedule", 50, schedule_label, left=True))
-    virtual_stages: int = dim(INT, 1, "model chunks per pipeline stage (interleaved schedule)",
+    virtual_stages: int = dim(INT, 1, "model chunks per pipeline stage, interleaved schedule",
                               space_default=(1, 2, 4), expand_rank=5,
                               optuna=OptunaParam("schedule", 5))
-    nccl_algo: str = dim(STRING, "auto", "NCCL_ALGO value (NCCL's grammar)", values=NCCL_ALGOS,
+    nccl_algo: str = dim(STRING, "auto", "the NCCL_ALGO setting", values=NCCL_ALGOS,
                          expand_rank=8, optuna=OptunaParam("nccl_algo", 7),
                          column=Column("NCCL", 100, nccl_label, left=True))
-    nccl_proto: str = dim(STRING, "auto", "NCCL_PROTO value (NCCL's grammar)",
+    nccl_proto: str = dim(STRING, "auto", "the NCCL_PROTO setting",
                           values=NCCL_PROTOS, expand_rank=9, optuna=OptunaParam("nccl_proto", 8))
 
     def __post_init__(self) -> None:

@@ -178,3 +178,49 @@ def test_a_dimension_of_each_kind_encodes_and_decodes() -> None:
         assert [d.decode(c, table) for c in col] == values
     with pytest.raises(ValueError, match="codes"):
         Dimension(CHOICE, "a", "x", values=("a", "b"))
+
+
+def test_cli_flags_are_generated() -> None:
+    from optimizer.cli.options import SPACE_FLAGS
+
+    assert list(SPACE_FLAGS) == [
+        "tp", "pp", "micro-batch-size", "precision", "recompute", "sequence-parallel",
+        "zero-stage", "schedule", "virtual-stages", "nccl-algo", "nccl-proto"]
+    assert [v[0] for v in SPACE_FLAGS.values()] == list(DIMENSIONS)
+    dim, parse, text, metavar = SPACE_FLAGS["zero-stage"]
+    assert parse("0, 1") == (0, 1) and "valid: 0, 1, 2, 3" in text and "default space: 0, 1" in text
+    assert SPACE_FLAGS["nccl-algo"][1]("ring,tree") == ("ring,tree",)
+    assert SPACE_FLAGS["nccl-algo"][3] == "V"
+    assert SPACE_FLAGS["sequence-parallel"][1]("on,off") == (True, False)
+
+
+def test_report_columns_are_generated() -> None:
+    from optimizer.output.report import FRONT_COLUMNS
+
+    assert FRONT_COLUMNS == ("#", "tp", "pp", "dp", "mbs", "m", "schedule", "recompute", "SP",
+                             "ZeRO", "prec", "NCCL", "tokens/s", "MFU", "step s", "peak GiB",
+                             "bottleneck")
+
+
+def test_optuna_encoding_tokens() -> None:
+    from optimizer.api import resolve_problem
+    from optimizer.search import optuna_engine as osr
+    from optimizer.search.base import problem_space
+    from search_spaces.enumerate import enumerate_valid
+    from search_spaces.rules import Context
+
+    problem = resolve_problem(model="65b", gpus=16)
+    space = problem_space(problem, None)
+    valid = enumerate_valid(Context(problem.model, problem.cluster, problem.training), space)
+    enc = osr.Encoding.build(valid, space)
+    desc = enc.description()
+    assert list(desc) == list(osr.PARAM_ORDER)
+    assert "tp4_pp4" in desc["layout"] and desc["schedule"] == ["1f1b", "interleaved_v2",
+                                                                "interleaved_v4"]
+    assert desc["recompute"] == ["none", "selective", "full"]
+    assert desc["sequence_parallel"] == [False, True] and desc["nccl_algo"] == ["auto"]
+    row = 7
+    c = valid.config(row)
+    params = enc.params_for(row)
+    assert params.get("layout", f"tp{c.tp}_pp{c.pp}") == f"tp{c.tp}_pp{c.pp}"
+    assert enc.decode(params) == row
