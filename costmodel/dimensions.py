@@ -14,6 +14,12 @@ is generated from those declarations:
 - ``optimizer``: the Optuna parameters (name, draw order, joint tokens such as ``layout``), the
   ``--<flag>`` options restricting the space, the front table's columns.
 
+The declaration of ``zero_stage``, for example::
+
+    zero_stage: int = dim(INT, 0, "ZeRO stage: 1 distributed optimizer, 3 fully sharded",
+                          minimum=0, maximum=3, space_default=(0, 1), expand_rank=6,
+                          optuna=OptunaParam("zero_stage", 4), column=Column("ZeRO", 80))
+
 Adding a dimension is one field on ``ParallelConfig`` plus the rules that read it
 (``search_spaces.rules``) and the cost-model ops that use it. This module imports no other
 ``costmodel`` module at import time (``costmodel.specs`` imports it).

@@ -237,19 +237,16 @@ def optuna_choices(space: SearchSpace) -> dict[str, tuple[Any, ...]]:
 # --------------------------------------------------------------------------------------------
 def default_space(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
                   ) -> SearchSpace:
-    """The space searched when the user gives none: each dimension's declared
-    ``space_default`` (:mod:`costmodel.dimensions`).
+    """The space searched when the user gives none: each searched dimension's declared
+    ``space_default`` (``costmodel.specs.ParallelConfig``; ``optimize --help`` lists them).
 
-    - tp: powers of two and divisors of ``gpus_per_node``, up to
-      ``min(2 * gpus_per_node, num_attention_heads, num_gpus)``. Cross-node values
-      (``tp > gpus_per_node``) are kept so the search can show why they are bad; the
-      ``tp_within_node`` rule rejects them unless cross-node TP is allowed.
-    - pp: divisors of ``num_layers`` or of ``num_gpus``, up to both (pp that does not
-      divide the layers gets an uneven split: ``costmodel.schedule.stage_layers``).
-    - micro_batch_size: 1, 2, 4, 8, 16 up to the global batch size.
-    - precision: bf16 where the GPU has it, else fp16 (else tf32, fp32).
-    - recompute: none, selective, full; sequence_parallel: off, on; zero_stage: 0, 1;
-      schedule: 1f1b, interleaved; virtual_stages: 1, 2, 4; NCCL algorithm and protocol: auto.
+    Today: tp from :func:`costmodel.dimensions.default_tp` (cross-node values are kept so the
+    search can show why they are bad; the ``tp_within_node`` rule rejects them unless
+    cross-node TP is allowed), pp from :func:`~costmodel.dimensions.default_pp` (values that
+    do not divide the layers get an uneven split: ``costmodel.schedule.stage_layers``),
+    micro-batch sizes 1-16 up to the global batch, the GPU's best 16-bit precision, every
+    recompute mode, sequence parallelism off and on, ZeRO 0 and 1, 1F1B and interleaved with
+    1, 2 or 4 virtual stages, NCCL algorithm and protocol auto.
     """
     return SearchSpace(**{d.name: d.default_values(model, cluster, training)
                           for d in SEARCH_DIMENSIONS})
