@@ -44,13 +44,16 @@ def candidates_from(problem: Problem, batch: ConfigBatch, scores, indices,
                     *, with_launch: bool = True) -> tuple[Candidate, ...]:
     """Candidates (metrics, diagnosis, launch) for rows ``indices`` of a scored batch."""
     from optimizer.output.diagnose import diagnose
+    from optimizer.planning.intervals import annotate, problem_intervals
 
+    step_iv, mem_iv = problem_intervals(problem)
     out = []
     for i in indices:
         cfg = batch.config(int(i))
         metrics = scores.row(int(i))
         metrics["memory_limit_bytes"] = problem.memory_limit_bytes
         metrics["memory_headroom"] = 1.0 - metrics["peak_memory_bytes"] / problem.memory_limit_bytes
+        annotate(metrics, step_iv, mem_iv)
         launch = {}
         if with_launch:
             from optimizer.launch.flags import launch_bundle
@@ -140,10 +143,31 @@ def finish(problem: Problem, outcome, t0: float, *, keep_cloud: bool = False
     front_idx = front_idx[np.argsort(-scores.tokens_per_s[front_idx], kind="stable")]
     front = candidates_from(problem, outcome.batch, scores, front_idx)
     cloud = _cloud(problem, outcome, idx, front_idx) if keep_cloud else ()
+    rec = recommend(front, problem.memory_limit_bytes)
+    try_these, within = _within_error(problem, front, rec)
     stats["wall_s"] = round(time.perf_counter() - t0, 4)
-    return OptimizeResult(problem, front, recommend(front, problem.memory_limit_bytes),
-                          MappingProxyType(dict(outcome.search_info)),
-                          MappingProxyType(stats), cloud)
+    return OptimizeResult(problem, front, rec, MappingProxyType(dict(outcome.search_info)),
+                          MappingProxyType(stats), cloud, try_these, within)
+
+
+def _within_error(problem: Problem, front: tuple[Candidate, ...], rec: int
+                  ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(front points that differ by more than the model's error: "try these", the points
+    within the model's error of the recommendation on both objectives)."""
+    from optimizer.planning.intervals import epsilon_representatives, problem_intervals
+
+    step_iv, mem_iv = problem_intervals(problem)
+    eps_t, eps_m = step_iv.half_width, mem_iv.half_width
+    pts = [(c.metrics["tokens_per_s"], c.metrics["peak_memory_bytes"]) for c in front]
+    order = sorted(range(len(front)), key=lambda i: (i != rec, -pts[i][0]))  # rec first
+    kept = epsilon_representatives([pts[i] for i in order], eps_t, eps_m)
+    try_these = tuple(sorted(order[k] for k in kept))
+    t0, m0 = pts[rec]
+    limit = problem.memory_limit_bytes
+    within = tuple(i for i, (t, m) in enumerate(pts) if i != rec
+                   and abs(t - t0) <= eps_t * max(t, t0)
+                   and abs(m - m0) <= eps_m * max(m, m0) and m <= limit)
+    return try_these, within
 
 
 def _infeasible(problem: Problem, outcome, stats) -> InfeasibleError:

@@ -40,6 +40,8 @@ class OptimizeResult:
     search: Mapping[str, Any]
     stats: Mapping[str, Any]
     cloud: tuple = ()  # (tokens/s, peak bytes, label) of dominated feasible points, if kept
+    try_these: tuple[int, ...] = ()  # the front collapsed by the model's error (epsilon)
+    within_error: tuple[int, ...] = ()  # front points indistinguishable from the recommended
 
     @property
     def recommended(self) -> Candidate:
@@ -52,6 +54,9 @@ class OptimizeResult:
             "recommended": self.recommended_index,
             "stats": plain(self.stats),
         }
+        if self.try_these:
+            doc["try_these"] = list(self.try_these)
+            doc["within_error_of_recommended"] = list(self.within_error)
         if self.cloud:
             doc["dominated"] = [{"tokens_per_s": t, "peak_memory_bytes": m, "label": lab}
                                 for t, m, lab in self.cloud]

@@ -142,6 +142,7 @@ def front_svg(doc: Mapping[str, Any]) -> str:
     xs = [p["metrics"]["peak_memory_bytes"] / GIB for p in front] + \
         [c["peak_memory_bytes"] / GIB for c in cloud] + [limit]
     ys = [p["metrics"]["tokens_per_s"] for p in front] + [c["tokens_per_s"] for c in cloud]
+    ys += [v for p in front for v in p["metrics"].get("tokens_per_s_interval") or ()]
     ax = _Axes(xs, ys)
     body = ax.frame("peak memory per GPU (GiB)", "tokens/s")
     lx = ax.x(limit)
@@ -166,13 +167,23 @@ def front_svg(doc: Mapping[str, Any]) -> str:
     body.append(f'<path d="{" ".join(path)}" fill="none" stroke="{FRONT_COLOUR}" '
                 'stroke-width="1.5"/>')
     rec = doc["recommended"]
+    for p in front:  # error bars: the 80% interval of tokens/s
+        m = p["metrics"]
+        iv = m.get("tokens_per_s_interval")
+        if iv:
+            px = ax.x(m["peak_memory_bytes"] / GIB)
+            body.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{ax.y(iv[0]):.1f}" '
+                        f'y2="{ax.y(iv[1]):.1f}" stroke="{FRONT_COLOUR}" stroke-opacity="0.35" '
+                        'stroke-width="3"/>')
     for i, p in enumerate(front):
         m = p["metrics"]
         gib, tps = m["peak_memory_bytes"] / GIB, m["tokens_per_s"]
         is_rec = i == rec
+        ivt = m.get("tokens_per_s_interval")
         tip = (f"#{i}{' (recommended)' if is_rec else ''} {short_label(p['config'])}: "
-               f"{tps:,.0f} tokens/s, MFU {m['mfu']:.1%}, {gib:.1f} GiB; click for the "
-               "breakdown")
+               f"{tps:,.0f} tokens/s"
+               + (f" (80%: {ivt[0]:,.0f}-{ivt[1]:,.0f})" if ivt else "")
+               + f", MFU {m['mfu']:.1%}, {gib:.1f} GiB; click for the breakdown")
         body.append(f'<circle class="pt" data-i="{i}" cx="{ax.x(gib):.1f}" cy="{ax.y(tps):.1f}" '
                     f'r="{7 if is_rec else 4.5}" fill="{REC_COLOUR if is_rec else FRONT_COLOUR}"'
                     f' stroke="#fff" data-tip="{_e(tip)}"/>')
@@ -318,6 +329,7 @@ def _front_section(doc: Mapping[str, Any]) -> list[str]:
         f"<p><b>{_e(short_label(rec['config']))}</b>: {m['tokens_per_s']:,.0f} tokens/s, "
         f"MFU {m['mfu']:.1%}, step {m['step_time_s']:.3f} s, peak "
         f"{m['peak_memory_bytes'] / GIB:.1f} GiB</p>",
+        _interval_note(doc, m),
         "<h2>Diagnosis</h2><ul class=diag id=sel-diag>"
         + "".join(f"<li>{_e(b)}</li>" for b in rec.get("bottlenecks", [])) + "</ul>",
         f'<h2>Breakdown of <span id="sel-title">#{rec_i}  {_e(short_label(rec["config"]))}'
@@ -331,6 +343,24 @@ def _front_section(doc: Mapping[str, Any]) -> list[str]:
     parts.append('<script type="application/json" id="front-data">'
                  + json.dumps(data).replace("</", "<\\/") + "</script>")
     return parts
+
+
+def _interval_note(doc: Mapping[str, Any], m: Mapping[str, Any]) -> str:
+    iv = m.get("tokens_per_s_interval")
+    if not iv:
+        return ""
+    basis = (m.get("interval") or {}).get("step_time_basis", "")
+    out = (f"<p>80% interval: {iv[0]:,.0f}-{iv[1]:,.0f} tokens/s (validation residuals of "
+           f"comparable runs: {_e(basis)}).")
+    within = doc.get("within_error_of_recommended") or []
+    if within:
+        out += (" Indistinguishable within the model's error: "
+                + ", ".join(f"#{j}" for j in within) + ".")
+    tt = doc.get("try_these") or []
+    if tt and len(tt) < len(doc["pareto_front"]):
+        out += (f" Try these {len(tt)} (front collapsed by the model's error): "
+                + ", ".join(f"#{j}" for j in tt) + ".")
+    return out + "</p>"
 
 
 def render_html(doc: Mapping[str, Any], front_doc: Mapping[str, Any] | None = None) -> str:

@@ -9,11 +9,15 @@ from optimizer.output.tables import fmt_table
 
 PLAN_COLUMNS = ("GPUs", "nodes", "tp", "pp", "dp", "mbs", "schedule", "recompute", "ZeRO",
                 "prec", "tokens/s", "tok/s/GPU", "MFU", "step s", "peak GiB", "train days",
-                "GPU-hours", "cost", "front")
+                "days 80%", "GPU-hours", "cost", "front")
 
 
 def human_duration_days(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds / 86400:,.1f}"
+
+
+def _days_interval(iv) -> str:
+    return "-" if not iv else f"{iv[0] / 86400:,.0f}-{iv[1] / 86400:,.0f}"
 
 
 def _money(x: float | None) -> str:
@@ -30,7 +34,7 @@ def plan_rows(doc: dict[str, Any]) -> list[list[str]]:
         if e["status"] != "ok":
             need = e.get("least_memory_bytes")
             rows.append([str(e["gpus"]), "-", *["-"] * 8, "does not fit", "-", "-", "-",
-                         f">{need / GIB:.0f}" if need else "-", "-", "-", "-", ""])
+                         f">{need / GIB:.0f}" if need else "-", "-", "-", "-", "-", ""])
             continue
         c = e["recommended"]["config"]
         gh = e.get("gpu_hours")
@@ -40,6 +44,7 @@ def plan_rows(doc: dict[str, Any]) -> list[list[str]]:
                      f"{e['tokens_per_s_per_gpu']:,.0f}", f"{e['mfu']:.3f}",
                      f"{e['step_time_s']:.2f}", f"{e['peak_memory_bytes'] / GIB:.1f}",
                      human_duration_days(e.get("time_to_train_s")),
+                     _days_interval(e.get("time_to_train_interval_s")),
                      "-" if gh is None else f"{gh:,.0f}", _money(e.get("cost")), mark])
     return rows
 

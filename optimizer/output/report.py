@@ -30,8 +30,20 @@ _CONFIG_COLUMNS: tuple[tuple[str, Callable[[dict, dict], str]], ...] = tuple(
          if d.column is not None]
         + [(Column("m", 45), lambda c, m: str(m["microbatches_per_step"]))],
         key=lambda cc: cc[0].order))
-FRONT_COLUMNS = ("#", *(h for h, _ in _CONFIG_COLUMNS), "tokens/s", "tok/s/GPU", "MFU", "step s",
-                 "peak GiB", "bottleneck")
+FRONT_COLUMNS = ("#", *(h for h, _ in _CONFIG_COLUMNS), "tokens/s", "80% interval",
+                 "tok/s/GPU", "MFU", "step s", "peak GiB", "bottleneck")
+
+
+def _si(x: float) -> str:
+    for div, suf in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{suf}"
+    return f"{x:.3g}"
+
+
+def interval_text(m: dict[str, Any], key: str = "tokens_per_s_interval") -> str:
+    iv = m.get(key)
+    return f"{_si(iv[0])}-{_si(iv[1])}" if iv else "-"
 
 
 def _schedule(cfg: dict[str, Any]) -> str:
@@ -64,7 +76,8 @@ def front_rows(doc: dict[str, Any], top_k: int = 0) -> list[list[str]]:
         c, m = p["config"], p["metrics"]
         mark = "*" if i == doc["recommended"] else ""
         rows.append([f"{i}{mark}", *(cell(c, m) for _, cell in _CONFIG_COLUMNS),
-                     f"{m['tokens_per_s']:,.0f}", f"{m['tokens_per_s'] / gpus:,.0f}",
+                     f"{m['tokens_per_s']:,.0f}", interval_text(m),
+                     f"{m['tokens_per_s'] / gpus:,.0f}",
                      f"{m['mfu']:.3f}",
                      f"{m['step_time_s']:.3f}", f"{m['peak_memory_bytes'] / GIB:.1f}",
                      main_bottleneck(m)])
@@ -117,6 +130,22 @@ def render_recommendation(doc: dict[str, Any]) -> str:
              + f" ({m['peak_memory_bytes'] / GIB:.1f} of {limit / GIB:.1f} GiB): "
              f"{m['tokens_per_s']:,.0f} tokens/s, MFU {m['mfu']:.1%}, step "
              f"{m['step_time_s']:.2f} s"]
+    iv = m.get("tokens_per_s_interval")
+    if iv:
+        basis = (m.get("interval") or {}).get("step_time_basis", "")
+        lines.append(f"  80% interval: {iv[0]:,.0f}-{iv[1]:,.0f} tokens/s, step "
+                     f"{m['step_time_interval_s'][0]:.3g}-{m['step_time_interval_s'][1]:.3g} s"
+                     f" (validation residuals of comparable runs: {basis})")
+    within = doc.get("within_error_of_recommended") or []
+    if within:
+        lines.append("  indistinguishable within the model's error (tokens/s and memory): "
+                     + ", ".join(f"#{j}" for j in within) + "; the prediction cannot rank "
+                     "them: measure them")
+    try_these = doc.get("try_these")
+    if try_these and len(try_these) < len(doc["pareto_front"]):
+        lines.append(f"  try these {len(try_these)} (the front of {len(doc['pareto_front'])} "
+                     "collapsed by the model's error): "
+                     + ", ".join(f"#{j}" for j in try_these))
     for b in rec.get("bottlenecks", []):
         lines.append(f"  note: {b}")
     launch = rec.get("launch") or {}

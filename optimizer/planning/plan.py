@@ -112,10 +112,16 @@ def figures_for(result, gpus: int, tokens: float | None, price: float | None) ->
         "memory_limit_bytes": float(result.problem.memory_limit_bytes),
         "configs_evaluated": int(result.stats.get("configs_evaluated", 0)),
         "time_to_train_s": None, "steps": None, "gpu_hours": None, "cost": None,
+        "time_to_train_interval_s": None,
     }
+    iv = m.get("tokens_per_s_interval")
+    if iv:
+        out["tokens_per_s_interval"] = list(iv)
     if tokens is not None:
         t = tokens / tps
         out["time_to_train_s"] = t
+        if iv:
+            out["time_to_train_interval_s"] = [tokens / iv[1], tokens / iv[0]]
         out["steps"] = int(-(-tokens // tr.tokens_per_step))
         out["gpu_hours"] = gpus * t / 3600.0
         if price is not None:
