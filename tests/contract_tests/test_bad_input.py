@@ -94,6 +94,13 @@ def test_unknown_sampler(capsys):
     assert "tpe" in line.split("'tpee'", 1)[1]  # the valid spelling is offered
 
 
+def test_nccl_grammar_is_checked_before_scoring(capsys):
+    # NCCL lets only the first entry omit the collective; the space used to admit this and
+    # scoring then failed (issue 20): one grammar, costmodel.nccl_grammar, decides
+    assert_bad(run_cli(capsys, "--model", "7b", "--gpus", "16", "--nccl-algo",
+                       "allreduce:tree;ring"), 2, "space.nccl_algo", "first entry")
+
+
 def test_unknown_precision_flag(capsys):
     assert_bad(run_cli(capsys, "--model", "7b", "--gpus", "8", "--precision", "bf17"), 2,
                "precision", "'bf17'", "did you mean 'bf16'")
