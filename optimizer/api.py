@@ -18,7 +18,7 @@ import numpy as np
 from costmodel.batch import ConfigBatch
 from costmodel.errors import InfeasibleError, InputError
 from costmodel.specs import TrainingSpec
-from optimizer.problem import (
+from optimizer.core.problem import (
     GIB,
     SCHEMA_VERSION,
     Problem,
@@ -26,7 +26,7 @@ from optimizer.problem import (
     resolve_problem,
     tool_version,
 )
-from optimizer.results import (
+from optimizer.core.results import (
     SAFETY_MARGIN,
     Candidate,
     EvaluateResult,

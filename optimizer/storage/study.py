@@ -54,7 +54,7 @@ def library_versions() -> dict[str, str]:
     import optuna
 
     from costmodel import COST_MODEL_VERSION
-    from optimizer.problem import tool_version
+    from optimizer.core.problem import tool_version
 
     return {"tool_version": tool_version(), "optuna_version": optuna.__version__,
             "numpy_version": numpy.__version__, "cost_model_version": COST_MODEL_VERSION}

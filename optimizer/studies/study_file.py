@@ -97,7 +97,7 @@ class StudyFile:
 
     def problem(self):
         """The :class:`optimizer.api.Problem` this study searches."""
-        from optimizer.problem import resolve_problem
+        from optimizer.core.problem import resolve_problem
 
         try:
             return resolve_problem(model=self.model, cluster=self.cluster,
@@ -397,7 +397,7 @@ def _study_section(study: StudyFile, study_name: str) -> dict[str, Any]:
 def _versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
-    from optimizer.problem import tool_version
+    from optimizer.core.problem import tool_version
 
     out = {"paraplan": tool_version()}
     for pkg in ("optuna", "numpy", "networkx"):
