@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from costmodel.batch import ConfigBatch
-from costmodel.errors import InputError
 from search_spaces.space import SearchSpace, default_space, space_from_mapping
 
 CHUNK = 200_000  # configurations per vectorised call (bounds peak memory)
-NCCL_DIMS = {"nccl_algo": "algo", "nccl_proto": "proto"}  # dimension -> parse_nccl_spec kind
+NCCL_DIMS = {"nccl_algo": "algo", "nccl_proto": "proto"}  # dimension -> grammar kind
 
 
 @dataclass(frozen=True)
@@ -54,15 +53,12 @@ def check_nccl_settings(sp: SearchSpace) -> None:
 
 
 def check_nccl_value(value: str, dim: str, field: str) -> None:
-    """Raise InputError naming ``field`` unless the cost model's parser
-    (:func:`costmodel.collectives.parse_nccl_spec`) accepts ``value`` for ``dim``
-    (``nccl_algo`` or ``nccl_proto``)."""
-    from costmodel.collectives import parse_nccl_spec
+    """Raise InputError naming ``field`` unless the cost model's NCCL grammar
+    (:func:`costmodel.nccl_grammar.parse_nccl_setting`, what scoring reads) accepts ``value``
+    for ``dim`` (``nccl_algo`` or ``nccl_proto``)."""
+    from costmodel.nccl_grammar import parse_nccl_setting
 
-    try:
-        parse_nccl_spec(value, NCCL_DIMS[dim])
-    except InputError as e:
-        raise InputError(field, e.message, e.hint) from None
+    parse_nccl_setting(value, NCCL_DIMS[dim], field)
 
 
 def score_batch(problem, batch: ConfigBatch, jobs: int = 1):
