@@ -26,7 +26,7 @@ def _same(a: Any, b: Any, rel: float) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return a == b
     if isinstance(a, int | float) and isinstance(b, int | float):
-        if a == b:
+        if a == b or (a != a and b != b):  # equal, or both nan
             return True
         return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= rel * max(abs(a), abs(b))
     return a == b

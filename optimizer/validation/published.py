@@ -2,7 +2,8 @@
 
 ``optimize validate [--data DIR] [--json] [--check] [--verbose] [--worst N]
 [--include-derived]`` (also ``python benchmarks/validate.py ...``) maps every usable entry of
-``published_runs.yaml`` and every row of ``vtrain_single_node.yaml`` to a run -- (ModelSpec,
+``published_runs.yaml`` and ``published_runs_2026.yaml`` and every row of
+``vtrain_single_node.yaml`` to a run -- (ModelSpec,
 ClusterSpec, TrainingSpec, ParallelConfig) plus the measured step time and, for BLOOM, the
 measured per-GPU memory peak -- scores all of them with :func:`costmodel.model.score` and
 prints, per group: count, MAPE, median and max absolute percentage error (APE) of the step
@@ -16,14 +17,20 @@ Data: ``--data DIR``, else ``$PARAPLAN_VALIDATION_DIR``, else ``<repo>/../shared
 
 Mapping (``../shared/validation/README.md``, followed exactly)
 ---------------------------------------------------------------
-- Step time: ``measured.iteration_time_s`` or ``iteration_time_ms``; else global batch tokens
-  (global_batch x seq_len) / measured tokens per second (``throughput_tokens_per_s``, or
-  ``throughput_tokens_per_s_per_gpu`` x GPUs). ``derived.iteration_time_s`` (Megatron SC21
-  Table 1, computed from TFLOP/s) is NOT a measurement under these rules: those entries are
-  skipped unless ``--include-derived``.
-- GPU: "A100" + "40GB" -> a100-sxm-40gb, other A100 -> a100-sxm-80gb, H100 -> h100-sxm-80gb,
-  H200 -> h200-sxm-141gb, B200 -> b200, V100 -> v100-sxm-32gb; nodes of ``gpus_per_node``
-  (default 8) GPUs, the GPU's default (DGX-like) intra-node fabric.
+- Step time: ``measured.iteration_time_s`` (MLPerf: the median of the logged per-step times)
+  or ``iteration_time_ms``; else global batch tokens (global_batch x seq_len) / measured
+  tokens per second (``throughput_tokens_per_s``, or ``throughput_tokens_per_s_per_gpu`` /
+  ``tokens_per_s_per_gpu`` x GPUs), or global batch / ``throughput_samples_per_s``. Every
+  ``derived.iteration_time_s`` of the 2026 file is one of these conversions of a measured
+  throughput, so it is not read; Megatron SC21 Table 1's (computed from TFLOP/s, which the
+  README says not to compare) stays behind ``--include-derived`` as before.
+- GPU: "A100" + "40GB" -> a100-sxm-40gb, other A100 -> a100-sxm-80gb, H100 (any memory,
+  also torchtitan's 95/96 GB HBM2e parts) -> h100-sxm-80gb, H200 -> h200-sxm-141gb, H800 ->
+  h800-sxm-80gb, GB200 / GB300 -> gb200 / gb300, B200 / B300 -> b200 / b300, V100 ->
+  v100-sxm-32gb, MI300X / MI325X / MI350X / MI355X -> their keys; nodes of ``gpus_per_node``
+  (default 8) GPUs, the GPU's default intra-node fabric; ``hardware.nvlink_domain_gpus`` (72
+  on NVL72 racks) is ``ClusterSpec.gpus_per_domain`` (the link model does not price the
+  multi-host domain yet: issue 23).
 - Inter-node: "Nx ... G Gb/s" -> N NICs of G Gb/s; "N Gbps (per node)" -> N/200 NICs of
   200 Gb/s; Omni-Path -> 4 NICs of 100 Gb/s; otherwise the GPU's default cluster. RoCE in the
   text -> RoCE fabric (latency), else InfiniBand.
@@ -31,22 +38,33 @@ Mapping (``../shared/validation/README.md``, followed exactly)
   BLOOM's "250k" = 250880), seq_len. Llama-family or SwiGLU: gated MLP, untied embeddings,
   RMSNorm, no biases, no position table. Others: LayerNorm, tied embeddings, biases unless the
   notes say "no biases", learned positions unless ALiBi/RoPE (MPT, BLOOM: ALiBi).
-- Layout: tp, pp, dp, micro_batch, global_batch; vpp > 1 -> interleaved with vpp virtual
-  stages, else 1F1B; recompute = first word (absent -> full); ZeRO from zero_stage (FSDP
-  FULL_SHARD = 3, SHARD_GRAD_OP = 2, absent = 0); sequence_parallel as given (absent = off).
-  Precision from the text outside parentheses: fp8 if it says fp8, bf16 if it says bf16, else
-  fp16 (so BLOOM's "fp16 mixed (inferred: ... bf16 optimizer testing starts there ...)" is
-  fp16, "amp_bf16" is bf16).
+- Layout: tp, pp, dp, micro_batch (torchtitan's ``local_batch`` when pp = 1), global_batch;
+  vpp > 1 -> interleaved with vpp virtual stages, else 1F1B; recompute = first word (absent
+  or "not stated" -> full); ``recipe_hint`` first (``recompute_modules`` -> selective, the
+  model's nearest; recompute layer counts -> partial, skipped); ZeRO from zero_stage (FSDP
+  FULL_SHARD = 3, SHARD_GRAD_OP = 2, absent or "not stated" = 0); sequence_parallel as given
+  (absent = off). Precision from ``precision_norm`` where the README lists it (bf16; fp8,
+  blockwise fp8, mxfp8 and nvfp4 are scored as fp8, the nearest precision the model has, and
+  the recipe is kept in ``Run.precision_recipe``), else from the text outside parentheses:
+  fp8 if it says fp8 (or float8), bf16 if it says bf16, else fp16 (so BLOOM's "fp16 mixed
+  (inferred: ... bf16 optimizer testing starts there ...)" is fp16, "amp_bf16" is bf16).
 - vTrain rows (both files): A100 80GB nodes of 8, fp16, full recompute, 1F1B, ZeRO 0, ffn 4h,
   vocab 51200.
-- NVIDIA NeMo / Megatron-Bridge tables (group or framework naming them): selective recompute,
-  SP when tp > 1, ZeRO-1 (distributed optimizer) where the entry omits them; precision "not
-  stated" -> fp8.
-- Skipped, each with a reason (``--verbose`` lists them): cp > 1, mixture-of-experts models
-  (more than one expert, ep > 1, or a Mixtral / MoE name), incomplete layout or model
-  shape, heads (or KV heads) not divisible by tp, GPU count != tp*pp*dp, global batch not a
-  multiple of micro_batch x dp, unknown GPU, no measured step time/memory, NCCL bus-bandwidth
-  entries (they go to the NCCL section), Korthikanti Table 4 per-layer entries (own section).
+- NVIDIA NeMo / Megatron-Bridge tables (group or framework naming them): where the entry
+  omits them or says "not stated": no recompute (the family default the entry quotes, else
+  none: the README's dense Llama / GPT-3 / Qwen3 / GPT-OSS rule), SP when tp > 1, ZeRO-1
+  (distributed optimizer) unless an ``fsdp`` column > 0 says Megatron-FSDP (ZeRO-3);
+  precision "not stated" -> fp8. Not modelled and only recorded: bf16 gradient reduction,
+  CUDA graphs (``Run.recipe``).
+- Skipped, each with a reason (``--verbose`` lists them; ``skip_counts`` counts them per
+  class and file): hybrid Mamba models; mixture-of-experts models (a ``model.moe`` block,
+  more than one expert, ep > 1, or a Mixtral / MoE name; issue 22); cp > 1, partial
+  recompute, activation offload, uneven pipeline layouts or interleaving (pp x vpp not
+  dividing the layers) and ZeRO-3/FSDP with pp > 1 (issue 21); ``layout_complete: false``;
+  incomplete layout or model shape, heads (or KV heads) not divisible by tp, GPU count !=
+  tp*pp*dp, global batch not a multiple of micro_batch x dp, unknown GPU, no measured step
+  time/memory, NCCL bus-bandwidth entries (they go to the NCCL section), Korthikanti Table 4
+  per-layer entries (own section).
 - One measurement quoted twice counts once (:func:`drop_requotes`): an entry with the same
   model, cluster, training settings and layout as an earlier one and the same measured values
   (BLOOM's chronicles repeat a baseline row in a later comparison table, e.g. 121.28 s in
@@ -71,6 +89,8 @@ bloom_*                              no     no       no       Megatron-DeepSpeed
 vtrain_*                             no     yes      no       Megatron-DeepSpeed defaults (dropout 0.1),
                                                               DeepSpeed engine reduces at the boundary
 llmfoundry_*                         yes    no       yes      MPT: FlashAttention, pdrop 0, FSDP
+torchtitan_*                         yes    no       yes      PyTorch FSDP2 (framework fsdp)
+mlperf_*                             yes    no       yes      NeMo/Megatron-Core or PyTorch
 megatron_core_* / nemo / bridge      yes    no       yes      Megatron-Core: TE fused attention, no
                                                               dropout in recipes, --overlap-grad-reduce;
                                                               NeMo / Bridge also --tp-comm-overlap
@@ -103,7 +123,14 @@ Metrics
   reports MiB; /1024 gives the "GB" the chronicles print) and compared with the model's peak
   memory (the largest stage; the first/last stages hold the embeddings, as measured).
 - OOM: entries with ``measured.oom: true`` whose predicted peak fits in the GPU's memory
-  (catalog ``memory_bytes``) are counted; the target is 0. The converse is reported, not
+  (catalog ``memory_bytes``) are counted; the target is 0. A report the data's owner marks
+  ``oom_reliable: false`` (bloom_prequel_110) is listed apart and not counted.
+- Reserved memory: torchtitan's ``peak_memory_gib`` (PyTorch's max reserved memory) against
+  the predicted peak less the CUDA context (reported, not checked).
+- Scope: the checks and the headline figures cover ``published_runs.yaml`` and vTrain (the
+  calibrated data); the 2026 groups are reported per group, per group and GPU and per GPU
+  (``new_groups``), with MFU against the bf16 dense peak per run, until the Hopper/Blackwell
+  fidelity work (issue 23) makes them checkable. The converse is reported, not
   checked: runs with a measured step time (they ran, so they fitted) whose predicted peak
   exceeds the GPU's memory, the model's pessimism that would hide a working layout.
 - Korthikanti Table 5: the end-to-end iteration times (``source.location`` names Table 5),
@@ -553,6 +580,7 @@ class Run:
     recipe: str = ""  # parallel.recipe_hint's launch fields (CUDA graphs, ...), as text
     dataset: str = PUBLISHED_FILE  # the file the entry came from
     reported_tflops_per_gpu: float | None = None  # the source's model TFLOP/s per GPU
+    reported_mfu: float | None = None  # the source's MFU (torchtitan: over the bf16 peak)
 
     @property
     def num_gpus(self) -> int:
@@ -880,7 +908,8 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                reserved_memory_bytes=reserved, precision_recipe=recipe,
                recipe=recipe_hint_text(par.get("recipe_hint")),
                dataset=str(entry.get("_file", PUBLISHED_FILE)),
-               reported_tflops_per_gpu=_positive(measured.get("model_tflops_per_gpu")))
+               reported_tflops_per_gpu=_positive(measured.get("model_tflops_per_gpu")),
+               reported_mfu=(_positive(measured.get("mfu_pct_reported")) or 0.0) / 100 or None)
 
 
 def _positive(x: Any) -> float | None:
@@ -1335,6 +1364,11 @@ def new_groups_section(run_rows: Sequence[dict], sweep_rows: Sequence[dict]) -> 
     rows = [x for x in run_rows if x["dataset"] == PUBLISHED_2026_FILE]
     groups, step = _step_summary(rows, [x for x in sweep_rows
                                         if any(r["group"] == x["group"] for r in rows)])
+    for g in groups:  # MFU against the bf16 dense peak, as NVIDIA and Meta report it
+        rg = [x for x in rows if x["group"] == g["group"]]
+        for k in ("mfu_bf16_measured", "mfu_bf16_predicted", "mfu_bf16_reported"):
+            vals = [x[k] for x in rg if math.isfinite(x[k])]
+            g[k] = float(np.mean(vals)) if vals else float("nan")
     by_gg: dict[tuple[str, str], list[dict]] = {}
     by_gpu: dict[str, list[dict]] = {}
     for x in rows:
@@ -1412,7 +1446,7 @@ def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool
             "mfu_bf16_reported": (r.reported_tflops_per_gpu * 1e12
                                   / r.cluster.gpu.peak_flops_per_s["bf16"])
             if r.reported_tflops_per_gpu and "bf16" in r.cluster.gpu.peak_flops_per_s
-            else float("nan"),
+            else r.reported_mfu if r.reported_mfu else float("nan"),
         })
     sweep_rows = []
     for key, rs in group_sweeps(step_runs).items():
@@ -1618,6 +1652,42 @@ def format_report(res: Mapping[str, Any], *, verbose: bool = False, worst: int =
     out.append(f"  ({_num(s['mean_spearman_replicates_averaged'])} over "
                f"{s['n_sweeps_replicates_averaged']} sweeps with repeated measurements of one "
                "configuration averaged; not checked)")
+    ng = res.get("new_groups")
+    if ng and ng["groups"]:
+        out.append("")
+        out.append(f"{PUBLISHED_2026_FILE} groups (reported, not checked): step time as the "
+                   "model scores them today")
+        out.append(_table(["group", "n", "MAPE", "median", "max", "bias", "MFU meas",
+                           "MFU pred", "MFU src"],
+                          [[g["group"], str(g["count"]), _pct(g["mape"]), _pct(g["median_ape"]),
+                            _pct(g["max_ape"]), _pct(g["mean_signed_error"]),
+                            _pct(g["mfu_bf16_measured"]), _pct(g["mfu_bf16_predicted"]),
+                            _pct(g["mfu_bf16_reported"])]
+                           for g in ng["groups"]]))
+        out.append("  MFU: model FLOPs (paraplan's count, full s^2 attention) per second over "
+                   "the bf16 dense peak, at the measured / predicted step time; MFU src: the "
+                   "source's model TFLOP/s per GPU over the bf16 peak, or its own MFU "
+                   "(torchtitan; against the FP8 peak on its Float8 405B row)")
+        out.append("")
+        out.append("  per group and GPU")
+        out.append(_table(["group", "gpu", "n", "MAPE", "median", "max", "bias"],
+                          [[x["group"], x["gpu"], str(x["count"]), _pct(x["mape"]),
+                            _pct(x["median_ape"]), _pct(x["max_ape"]),
+                            _pct(x["mean_signed_error"])] for x in ng["by_group_and_gpu"]]))
+        out.append("")
+        out.append("  per GPU")
+        out.append(_table(["gpu", "n", "MAPE", "median", "max", "bias"],
+                          [[x["gpu"], str(x["count"]), _pct(x["mape"]), _pct(x["median_ape"]),
+                            _pct(x["max_ape"]), _pct(x["mean_signed_error"])]
+                           for x in ng["by_gpu"]]))
+        sa = res["step_time_all_groups"]
+        out.append(f"  all groups together: group-balanced MAPE "
+                   f"{_pct(sa['group_balanced_mape'])} over {sa['count']} runs")
+    if res.get("skip_counts"):
+        out.append("")
+        out.append("Skipped entries per reason (per data file)")
+        for f, cats in res["skip_counts"].items():
+            out.append(f"  {f}: " + "; ".join(f"{k} {n}" for k, n in cats.items()))
     m = res["memory"]
     out.append("")
     out.append(f"Memory vs measured per-GPU peaks ({m['unit']}): n={m['count']} MAPE "
@@ -1629,12 +1699,26 @@ def format_report(res: Mapping[str, Any], *, verbose: bool = False, worst: int =
                          f"{x['capacity_GiB']:.1f} GiB -> "
                          f"{'FITS (wrong)' if x['predicted_to_fit'] else 'OOM (right)'}"
                          for x in o["runs"]))
+    if o.get("excluded_unreliable"):
+        out.append("  not counted (oom_reliable: false): "
+                   + ", ".join(f"{x['id']} (predicted {x['predicted_GiB']:.1f} GiB)"
+                               for x in o["excluded_unreliable"]))
+    rm = res.get("reserved_memory")
+    if rm and rm["count"]:
+        out.append(f"Reserved memory (torchtitan peak_memory_gib, GiB): n={rm['count']} MAPE "
+                   f"{_pct(rm['mape'])} median {_pct(rm['median_ape'])} max "
+                   f"{_pct(rm['max_ape'])} bias {_pct(rm['mean_signed_error'])}")
     ro = res["ran_predicted_over_memory"]
     top = ro["runs"][:5]
     out.append(f"Runs that ran (step time measured) but are predicted over the GPU's memory: "
                f"{ro['predicted_over']} of {ro['count']}"
                + ("; worst: " + ", ".join(f"{x['id']} {x['ratio']:.2f}x" for x in top)
                   if top else ""))
+    r26 = res.get("ran_predicted_over_memory_2026")
+    if r26 and r26["count"]:
+        out.append(f"  {PUBLISHED_2026_FILE}: {r26['predicted_over']} of {r26['count']}"
+                   + ("; worst: " + ", ".join(f"{x['id']} {x['ratio']:.2f}x"
+                                              for x in r26["runs"][:5]) if r26["runs"] else ""))
     t5 = res["korthikanti_table5"]
     out.append("")
     out.append(f"Korthikanti Table 5 (end-to-end iteration time): {t5['within_5pct']} of "
