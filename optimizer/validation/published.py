@@ -242,14 +242,15 @@ def _entries(path: Path) -> list:
     return list(pub["entries"])
 
 
-def load_data(data_dir: Path) -> tuple[list[dict], list[dict]]:
+def load_data(data_dir: Path, *, include_2026: bool = True) -> tuple[list[dict], list[dict]]:
     """(published entries of ``published_runs.yaml`` then ``published_runs_2026.yaml``,
-    vTrain single-node rows); the 2026 file and the vTrain rows are optional. Entries of the
-    2026 file carry ``_file: published_runs_2026.yaml`` (its groups are reported beside the
-    checked ones, see :func:`validate`)."""
+    vTrain single-node rows); the 2026 file (left out with ``include_2026=False``) and the
+    vTrain rows are optional. Entries of the 2026 file carry ``_file:
+    published_runs_2026.yaml`` (its groups are reported beside the checked ones, see
+    :func:`validate`)."""
     entries = _entries(data_dir / PUBLISHED_FILE)
     path_2026 = data_dir / PUBLISHED_2026_FILE
-    if path_2026.is_file():
+    if include_2026 and path_2026.is_file():
         entries += [{**e, "_file": PUBLISHED_2026_FILE} if isinstance(e, Mapping) else e
                     for e in _entries(path_2026)]
     rows: list[dict] = []
