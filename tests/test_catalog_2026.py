@@ -184,3 +184,11 @@ def test_score_runs_on_the_new_clusters():
                              precision="bf16", sequence_parallel=True, zero_stage=1)
         s = score(model, c, training, ConfigBatch.from_configs([cfg]))
         assert np.isfinite(s.step_time_s).all() and (s.step_time_s > 0).all(), name
+
+
+def test_cluster_files_and_preset_names_reach_the_racks():
+    from costmodel.loaders import cluster_from_mapping, load_cluster
+
+    c = cluster_from_mapping({"preset": "gb300-nvl72", "num_nodes": 36})
+    assert c.gpu.name == "gb300" and c.domain_gpus == 72 and c.num_domains == 2
+    assert load_cluster("gb200-nvl72", default_gpus=72).domain_gpus == 72
