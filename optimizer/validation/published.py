@@ -515,6 +515,7 @@ def model_spec(m: Mapping[str, Any], *, name: str, default_vocab: int = DEFAULT_
     if ffn is None:
         raise SkipEntry(f"ffn_hidden {m.get('ffn_hidden')!r} not an integer")
     vocab = parse_vocab(m.get("vocab")) if m.get("vocab") is not None else default_vocab
+    head_dim = _as_int(m.get("head_dim"))  # when given (Qwen3, GPT-OSS: not hidden / heads)
     text = f"{m.get('name', '')} {name} {m.get('arch_notes', '')}".lower()
     llama = "llama" in text or "swiglu" in text
     no_pos = llama or any(k in text for k in ("alibi", "rope", "rotary", "bloom"))
@@ -522,7 +523,7 @@ def model_spec(m: Mapping[str, Any], *, name: str, default_vocab: int = DEFAULT_
         spec = ModelSpec(
             name=str(m.get("name") or name), num_layers=L, hidden_size=h,
             num_attention_heads=a, ffn_hidden_size=ffn, vocab_size=vocab, num_kv_heads=kv,
-            gated_mlp=llama, tied_embeddings=not llama,
+            head_dim=head_dim, gated_mlp=llama, tied_embeddings=not llama,
             learned_position_embeddings=not no_pos,
             max_position_embeddings=None if no_pos else s,
             linear_bias=not (llama or "no bias" in text),

@@ -290,3 +290,10 @@ def test_report_prints_the_new_groups(result):
     assert "published_runs_2026.yaml groups (reported, not checked)" in text
     assert "per group and GPU" in text and "Skipped entries per reason" in text
     assert "not counted (oom_reliable: false): bloom_prequel_110" in text
+
+
+def test_head_dim_when_given():
+    m = {**LLAMA3_70B, "hidden": 2880, "heads": 64, "head_dim": 64}
+    spec, _ = v.model_spec(m, name="gpt-oss-like")
+    assert spec.head_dim == 64
+    assert v.model_spec(LLAMA3_70B, name="x")[0].head_dim == 128
