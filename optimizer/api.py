@@ -18,7 +18,7 @@ import numpy as np
 from costmodel.batch import ConfigBatch
 from costmodel.errors import InfeasibleError, InputError
 from costmodel.specs import TrainingSpec
-from optimizer.problem import (
+from optimizer.core.problem import (
     GIB,
     SCHEMA_VERSION,
     Problem,
@@ -26,7 +26,7 @@ from optimizer.problem import (
     resolve_problem,
     tool_version,
 )
-from optimizer.results import (
+from optimizer.core.results import (
     SAFETY_MARGIN,
     Candidate,
     EvaluateResult,
@@ -36,7 +36,7 @@ from optimizer.results import (
 
 __all__ = ["GIB", "SAFETY_MARGIN", "SCHEMA_VERSION", "Candidate", "EvaluateResult",
            "OptimizeResult", "Problem", "candidates_from", "document_head", "evaluate", "finish",
-           "optimize", "recommend", "resolve_problem", "tool_version"]
+           "optimize", "plan", "recommend", "resolve_problem", "tool_version"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,6 +198,31 @@ def _infeasible(problem: Problem, outcome, stats) -> InfeasibleError:
     return InfeasibleError(msg, payload=payload)
 
 
+def plan(model: Any, gpu_counts, *, tokens: float | None = None,
+         gpu_hour_cost: float | None = None, gpu: str = "a100-sxm-80gb",
+         gpus_per_node: int = 8, **optimize_kwargs: Any):
+    """Plan across cluster sizes: one :func:`optimize` per GPU count (a sequence, or a string
+    such as ``"64-1024"`` or ``"64,128,256"``: :func:`optimizer.planning.parse_gpu_counts`),
+    with time-to-train, GPU-hours and cost for ``tokens`` training tokens at
+    ``gpu_hour_cost`` per GPU-hour. Returns a :class:`optimizer.planning.PlanResult`.
+    ``optimize_kwargs`` go to :func:`optimize` (seq_length, global_batch_size, ...)."""
+    from optimizer.planning import parse_gpu_counts, run_plan
+
+    if optimize_kwargs.get("cluster") is not None:
+        raise InputError("--cluster", "a cluster file fixes the GPU count; planning across "
+                         "counts builds the cluster from --gpu and --gpus-per-node",
+                         "omit --cluster, or give one --gpus")
+    optimize_kwargs.pop("cluster", None)
+    counts = parse_gpu_counts(gpu_counts, gpus_per_node) if isinstance(gpu_counts, str | int) \
+        else tuple(gpu_counts)
+
+    def search(n: int) -> OptimizeResult:
+        return optimize(model, n, gpu=gpu, gpus_per_node=gpus_per_node, **optimize_kwargs)
+
+    return run_plan(search, counts, tokens=tokens, gpu_hour_cost=gpu_hour_cost, gpu=gpu,
+                    gpus_per_node=gpus_per_node)
+
+
 # ---------------------------------------------------------------------------------------------
 def evaluate(run: Any, *, memory_limit_gib: float | None = None,
              memory_fraction: float = 0.9) -> EvaluateResult:
@@ -217,6 +242,10 @@ def evaluate(run: Any, *, memory_limit_gib: float | None = None,
         raise InputError(f"parallel ({rule})", reason,
                          "fix the parallel section; `optimize --model ... --gpus ...` lists "
                          "valid layouts")
+    from optimizer.search.base import NCCL_DIMS, check_nccl_value
+
+    for dim in NCCL_DIMS:  # the scoring parser's errors, named as the run file's fields
+        check_nccl_value(getattr(r.parallel, dim), dim, f"parallel.{dim}")
     batch = ConfigBatch.from_configs([r.parallel])
     scores = score(problem.model, problem.cluster, problem.training, batch)
     cand = candidates_from(problem, batch, scores, [0])[0]

@@ -41,7 +41,7 @@ def _defaults(args: argparse.Namespace) -> tuple[int | None, dict[str, str]]:
 def run(argv: Sequence[str]) -> int:
     args = main_parser().parse_args(argv)
     if args.version:
-        from optimizer.problem import tool_version
+        from optimizer.core.problem import tool_version
 
         emit(f"paraplan {tool_version()}")
         return 0
@@ -87,7 +87,7 @@ def run(argv: Sequence[str]) -> int:
 
 def _run_plan(args: argparse.Namespace, counts, common: dict, origin: dict) -> int:
     from costmodel.errors import InputError
-    from optimizer.planning import plan
+    from optimizer.api import plan
 
     if args.storage or args.study_name:
         raise InputError("--storage", "a plan runs one search per GPU count and stores none",

@@ -71,6 +71,20 @@ class Finding:
     levers: tuple[str, ...] = ()
 
 
+def mfu_against(mfu: float, peaks: Mapping[str, float] | None, precision: str,
+                reference: str = "bf16") -> float:
+    """MFU over the dense ``reference`` peak (bf16, as NVIDIA and Meta report it; fp16 on a
+    GPU without bf16) from the cost model's MFU over the run precision's peak. ``mfu`` when
+    the peaks are unknown or the same."""
+    if not peaks:
+        return mfu
+    ref = peaks.get(reference) or peaks.get("fp16")
+    own = peaks.get(precision)
+    if not ref or not own:
+        return mfu
+    return mfu * own / ref
+
+
 def main_bottleneck(metrics: Mapping[str, Any]) -> str:
     """The largest term of the step time."""
     tb = metrics["time_breakdown_s"]
@@ -85,11 +99,8 @@ def ranked_terms(metrics: Mapping[str, Any]) -> list[tuple[str, float]]:
 
 def mfu_bf16(problem, config: ParallelConfig, metrics: Mapping[str, Any]) -> float:
     """MFU on the bf16 (dense tensor-core) peak, whatever precision the run uses."""
-    peaks = problem.cluster.gpu.peak_flops_per_s
-    own, bf16 = peaks.get(config.precision), peaks.get("bf16") or peaks.get("fp16")
-    if not own or not bf16:
-        return float(metrics.get("mfu", 0.0))
-    return float(metrics.get("mfu", 0.0)) * own / bf16
+    return mfu_against(float(metrics.get("mfu", 0.0)), problem.cluster.gpu.peak_flops_per_s,
+                       config.precision)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,6 +139,8 @@ def _memory_levers(problem, c: ParallelConfig, metrics) -> list[tuple[str, str]]
 
 
 def _memory(problem, c, metrics) -> Finding | None:
+    if "peak_memory_bytes" not in metrics or getattr(problem, "model", None) is None:
+        return None
     peak = metrics["peak_memory_bytes"]
     hbm = problem.cluster.gpu.memory_bytes
     limit = metrics.get("memory_limit_bytes") or problem.memory_limit_bytes
@@ -157,7 +170,9 @@ def _communication(problem, c, metrics, step, tb) -> Finding | None:
     total = sum(shares.values())
     if total <= COMM_SHARE:
         return None
-    tr = problem.training
+    from costmodel.specs import TrainingSpec
+
+    tr = getattr(problem, "training", None) or TrainingSpec()
     gpn = problem.cluster.gpus_per_node
     levers: list[tuple[str, str]] = []
     if group == "TP":
@@ -195,7 +210,8 @@ def _bubble(problem, c, metrics) -> Finding | None:
     if c.pp <= 1 or bubble <= BUBBLE_SHARE:
         return None
     m = metrics.get("microbatches_per_step")
-    L = problem.model.num_layers
+    model = getattr(problem, "model", None)
+    L = model.num_layers if model is not None else c.pp
     per_stage = L // c.pp
     levers: list[tuple[str, str]] = []
     if c.micro_batch_size > 1:
@@ -229,28 +245,31 @@ def _recompute(c, step, tb) -> Finding | None:
 
 
 def _mfu(problem, c, metrics, ranked) -> list[Finding]:
+    mfu = float(metrics.get("mfu", 0.0))
     mfu16 = mfu_bf16(problem, c, metrics)
-    ref = "bf16" if "bf16" in problem.cluster.gpu.peak_flops_per_s else "fp16"
-    util, levers = "", ()
-    if c.precision == "fp8":
-        util = f"; {metrics['mfu']:.0%} of the fp8 peak (low-precision utilisation)"
-    elif c.precision in ("fp32", "tf32"):
-        util = f"; {metrics['mfu']:.0%} of the {c.precision} peak"
     if mfu16 >= LOW_MFU:
         return []
+    peaks = getattr(getattr(getattr(problem, "cluster", None), "gpu", None),
+                    "peak_flops_per_s", None) or {}
+    ref = "bf16" if "bf16" in peaks or not peaks else "fp16"
+    own = "" if mfu16 == mfu else f" ({mfu:.0%} of the {c.precision} peak)"
+    levers: tuple[str, ...] = ()
     others = [(k, s) for k, s in ranked if k != "compute"]
+    model = getattr(problem, "model", None)
     if c.precision in ("fp32", "tf32"):
         why = (f"{c.precision} does not use the 16-bit tensor cores: bf16/fp16 mixed precision "
                "is the lever")
         levers = ("mixed_precision",)
     elif others and others[0][1] > 0.1:
         why = f"{others[0][0]} takes {others[0][1]:.0%} of the step"
+    elif model is not None:
+        why = f"the GEMMs are small at this shard size (hidden/tp = {model.hidden_size // c.tp})"
     else:
-        why = (f"the GEMMs are small at this shard size (hidden/tp = "
-               f"{problem.model.hidden_size // c.tp})")
-    far = (f" is far below what this hardware reaches (~{REACHED_MFU:.0%} in published dense "
+        why = f"main cost: {ranked[0][0] if ranked else 'compute'}"
+    far = (f", far below what this hardware reaches (~{REACHED_MFU:.0%} in published dense "
            "runs)" if mfu16 < FAR_BELOW * REACHED_MFU else "")
-    return [Finding("low_mfu", f"MFU {mfu16:.1%} of the {ref} peak{far}{util}: {why}", levers)]
+    return [Finding("low_mfu", f"MFU {mfu16:.0%} of the {ref} peak{own} is low{far}: {why}",
+                    levers)]
 
 
 def diagnose(problem, config: ParallelConfig, metrics: Mapping[str, Any]) -> list[Finding]:
@@ -292,7 +311,7 @@ def diagnose(problem, config: ParallelConfig, metrics: Mapping[str, Any]) -> lis
                                    + "CUDA graphs (not searched)",
                            ("larger_micro_batch", "cuda_graphs") if more_mb
                            else ("cuda_graphs",)))
-    if getattr(problem.model, "num_experts", 0) and problem.model.num_experts > 1:
+    if (getattr(getattr(problem, "model", None), "num_experts", 0) or 0) > 1:
         out.append(Finding("moe", "mixture of experts: expert-parallel placement decides the "
                                   "all-to-all cost (paraplan cannot search EP yet)",
                            ("ep_placement",)))

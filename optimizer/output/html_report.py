@@ -416,7 +416,7 @@ def render_html(doc: Mapping[str, Any], front_doc: Mapping[str, Any] | None = No
 
 def write_html_report(doc: Mapping[str, Any], path: str, *, plan_result: Any = None) -> str:
     """Render ``doc`` (a front or plan document) to ``path`` atomically; return the path."""
-    from optimizer.output.fileio import atomic_write_text
+    from optimizer.core.fileio import atomic_write_text
 
     front_doc = None
     if plan_result is not None and plan_result.pick is not None:

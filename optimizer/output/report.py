@@ -115,6 +115,20 @@ def render_front(doc: dict[str, Any], top_k: int = 0) -> str:
     return head + table + "\n" + render_recommendation(doc)
 
 
+def _mfu(doc: dict[str, Any], c: dict[str, Any], m: dict[str, Any]) -> str:
+    """MFU against the bf16 peak, with the run precision's utilisation beside it when it
+    differs (fp8: "MFU 52.0% (bf16 peak; 26.0% of the fp8 peak)")."""
+    from optimizer.output.diagnose import mfu_against
+
+    peaks = (((doc.get("inputs") or {}).get("cluster") or {}).get("gpu") or {}).get(
+        "peak_flops_per_s")
+    mfu = m["mfu"]
+    ref = mfu_against(mfu, peaks, c.get("precision", "bf16"))
+    if ref == mfu:
+        return f"MFU {mfu:.1%}"
+    return f"MFU {ref:.1%} (bf16 peak; {mfu:.1%} of the {c['precision']} peak)"
+
+
 def render_recommendation(doc: dict[str, Any]) -> str:
     i = doc["recommended"]
     rec = doc["pareto_front"][i]
@@ -128,7 +142,7 @@ def render_recommendation(doc: dict[str, Any]) -> str:
               if m["peak_memory_bytes"] <= 0.95 * limit else
               "  why: no front point keeps 5% of the limit free; this is the fastest that fits")
              + f" ({m['peak_memory_bytes'] / GIB:.1f} of {limit / GIB:.1f} GiB): "
-             f"{m['tokens_per_s']:,.0f} tokens/s, MFU {m['mfu']:.1%}, step "
+             f"{m['tokens_per_s']:,.0f} tokens/s, {_mfu(doc, c, m)}, step "
              f"{m['step_time_s']:.2f} s"]
     iv = m.get("tokens_per_s_interval")
     if iv:
@@ -168,7 +182,7 @@ def render_evaluation(doc: dict[str, Any]) -> str:
            f"{_schedule(c)} recompute={c['recompute']} SP={c['sequence_parallel']} "
            f"ZeRO={c['zero_stage']} {c['precision']} NCCL={_nccl(c)}",
            f"step {step:.4f} s, {m['tokens_per_s']:,.0f} tokens/s, {m['samples_per_s']:.2f} "
-           f"samples/s, MFU {m['mfu']:.1%}, peak memory {m['peak_memory_bytes'] / GIB:.2f} GiB "
+           f"samples/s, {_mfu(doc, c, m)}, peak memory {m['peak_memory_bytes'] / GIB:.2f} GiB "
            f"(limit {m['memory_limit_bytes'] / GIB:.1f} GiB), bubble "
            f"{m['bubble_share']:.1%} of the step", ""]
     trows = [[k, f"{v:.4f}", f"{v / step:.1%}"] for k, v in m["time_breakdown_s"].items()]

@@ -4,7 +4,7 @@ validation residuals of comparable published runs.
 Residuals are ``log(measured / predicted)`` of the runs ``optimize validate`` re-scores
 (shipped in ``residuals.json``, regenerated with ``python -m optimizer.planning.intervals``
 from the validation data; see :func:`refresh`). A prediction's runs are *comparable* when they
-share the hardware generation (``a100``, ``h100``, ... from the GPU key), the framework family
+share the hardware generation (ampere, hopper, blackwell, cdna3, ... from the GPU key), the framework family
 (``megatron`` | ``deepspeed`` | ``fsdp``) and the scale (one node, or several). The interval
 is the split-conformal one: with ``n`` comparable residuals sorted, the ``floor(0.1 (n+1))``-th
 and the ``ceil(0.9 (n+1))``-th, which holds a new exchangeable run with probability >= 80%
@@ -31,7 +31,7 @@ from typing import Any
 
 LEVEL = 0.80
 MIN_RUNS = 9  # the fewest residuals for which the conformal 80% interval exists
-FALLBACK_WIDEN = 1.25  # per fallback level, on the log half-widths
+FALLBACK_WIDEN = 1.5  # per fallback level, on the log half-widths
 RESIDUALS_FILE = "residuals.json"
 
 
@@ -51,8 +51,21 @@ class Interval:
         return (self.high - self.low) / 2.0
 
 
+_GENERATIONS = (  # GPU key prefix -> architecture generation
+    (("v100",), "volta"), (("a100", "a800", "a40", "a10"), "ampere"),
+    (("h100", "h200", "h800", "h20", "gh200"), "hopper"),
+    (("b100", "b200", "b300", "gb200", "gb300"), "blackwell"),
+    (("mi250",), "cdna2"), (("mi300", "mi325"), "cdna3"), (("mi350", "mi355"), "cdna4"),
+)
+
+
 def generation(gpu_name: str) -> str:
-    return gpu_name.split("-")[0].lower()
+    """The architecture generation of a GPU key (``h200-sxm-141gb`` -> ``hopper``)."""
+    head = gpu_name.split("-")[0].lower()
+    for prefixes, gen in _GENERATIONS:
+        if head.startswith(prefixes):
+            return gen
+    return head
 
 
 def scale(num_nodes: int) -> str:
@@ -190,7 +203,7 @@ def coverage(rows: Sequence[Mapping[str, Any]], *, leave_one_out: bool = False
     for i, r in enumerate(rows):
         others = [x for j, x in enumerate(rows) if j != i] if leave_one_out else rows
         g, fw, sc = r["class"]
-        iv = step_time_interval(f"{g}-x", fw, 2 if sc == "multi-node" else 1, rows=others)
+        iv = step_time_interval(g, fw, 2 if sc == "multi-node" else 1, rows=others)
         ratio = math.exp(r["log_residual"])
         out.setdefault(r["group"], []).append(iv.low <= ratio <= iv.high)
     return {g: {"runs": len(v), "inside": sum(v) / len(v)} for g, v in sorted(out.items())}
@@ -200,7 +213,7 @@ def refresh(data_dir=None) -> str:
     """Rewrite ``residuals.json`` beside this module; returns its path."""
     from pathlib import Path
 
-    from optimizer.output.fileio import atomic_write_text
+    from optimizer.core.fileio import atomic_write_text
 
     doc = collect_residuals(data_dir)
     path = Path(__file__).with_name(RESIDUALS_FILE)

@@ -15,14 +15,14 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from costmodel import COST_MODEL_VERSION
 from costmodel.errors import InfeasibleError, InputError
-from optimizer.problem import SCHEMA_VERSION, tool_version
+from optimizer.core.problem import SCHEMA_VERSION, tool_version
 
 COST_SLACK = 0.10  # the pick may spend up to 10% more GPU-hours than the cheapest count
 
@@ -49,7 +49,7 @@ class PlanResult:
     stats: Mapping[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
-        from optimizer.results import plain
+        from optimizer.core.results import plain
 
         inputs = dict(self.inputs)
         inputs["fingerprint"] = "sha256:" + hashlib.sha256(
@@ -150,28 +150,23 @@ def pick_entry(entries: Sequence[PlanEntry], front: Sequence[int]) -> int | None
     return max(ok, key=lambda i: entries[i].figures["tokens_per_s"])
 
 
-def plan(model: Any, gpu_counts: Sequence[int], *, tokens: float | None = None,
-         gpu_hour_cost: float | None = None, gpu: str = "a100-sxm-80gb",
-         gpus_per_node: int = 8, **optimize_kwargs: Any) -> PlanResult:
-    """One search per GPU count; see the module docstring. ``optimize_kwargs`` go to
-    :func:`optimizer.api.optimize` (seq_length, global_batch_size, memory_limit_gib, ...)."""
-    from optimizer.api import optimize
-
+def run_plan(search: Callable[[int], Any], gpu_counts: Sequence[int], *,
+             tokens: float | None = None, gpu_hour_cost: float | None = None,
+             gpu: str = "a100-sxm-80gb", gpus_per_node: int = 8) -> PlanResult:
+    """One ``search(n)`` per GPU count (an :class:`~optimizer.core.results.OptimizeResult`, or
+    InfeasibleError when nothing fits); see the module docstring. The Python API's
+    :func:`optimizer.api.plan` calls it with :func:`optimizer.api.optimize`."""
     tokens = _check_tokens(tokens)
     price = _check_price(gpu_hour_cost)
     counts = tuple(sorted(set(int(n) for n in gpu_counts)))
     if not counts:
         raise InputError("gpus", "no GPU count to plan for", "e.g. --gpus 64-1024")
-    if optimize_kwargs.get("cluster") is not None:
-        raise InputError("--cluster", "a cluster file fixes the GPU count; planning across "
-                         "counts builds the cluster from --gpu and --gpus-per-node",
-                         "omit --cluster, or give one --gpus")
     t0 = time.perf_counter()
     entries = []
     first_problem = None
     for n in counts:
         try:
-            res = optimize(model, n, gpu=gpu, gpus_per_node=gpus_per_node, **optimize_kwargs)
+            res = search(n)
         except InfeasibleError as e:
             err = (e.payload or {}).get("error", {})
             entries.append(PlanEntry(n, None, MappingProxyType({

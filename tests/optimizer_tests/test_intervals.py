@@ -21,7 +21,7 @@ def test_thin_classes_fall_back_and_widen():
     assert exact.fallback == 0 and exact.runs > 100
     thin = iv.step_time_interval("h100-sxm-80gb", "megatron", 16)  # no such runs published
     assert thin.fallback >= 1 and "widened" in thin.basis
-    none = iv.step_time_interval("b200", "megatron", 16)
+    none = iv.step_time_interval("tpu-v5", "megatron", 16)  # no such generation
     assert none.basis.startswith("all runs")
     for x in (exact, thin, none):
         assert x.low < 1 < x.high

@@ -9,7 +9,8 @@ import pytest
 from conftest import run_cli, run_cli_json
 
 from costmodel.errors import InputError
-from optimizer.planning import parse_gpu_counts, plan
+from optimizer.api import plan
+from optimizer.planning import parse_gpu_counts
 
 
 @pytest.mark.parametrize(("text", "gpn", "want"), [
