@@ -61,8 +61,8 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action):  # noqa: D401 - argparse hook
         text = action.help or ""
-        if "default" in text or action.default in (None, False, argparse.SUPPRESS) \
-                or not action.option_strings:
+        if "default" in text or action.default is None or action.default is False \
+                or action.default == argparse.SUPPRESS or not action.option_strings:
             return text
         return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
 

@@ -185,6 +185,12 @@ def render_evaluation(doc: dict[str, Any]) -> str:
            f"samples/s, {_mfu(doc, c, m)}, peak memory {m['peak_memory_bytes'] / GIB:.2f} GiB "
            f"(limit {m['memory_limit_bytes'] / GIB:.1f} GiB), bubble "
            f"{m['bubble_share']:.1%} of the step", ""]
+    if m.get("step_time_interval_s"):
+        lo, hi = m["step_time_interval_s"]
+        basis = (m.get("interval") or {}).get("step_time_basis", "")
+        out.insert(2, f"80% interval: step {lo:.4g}-{hi:.4g} s, "
+                      f"{m['tokens_per_s_interval'][0]:,.0f}-{m['tokens_per_s_interval'][1]:,.0f}"
+                      f" tokens/s (validation residuals of comparable runs: {basis})")
     trows = [[k, f"{v:.4f}", f"{v / step:.1%}"] for k, v in m["time_breakdown_s"].items()]
     out.append(fmt_table(("term", "seconds", "share"), trows, "Step time"))
     mrows = [[k, f"{v / GIB:.2f}"] for k, v in m["memory_breakdown_bytes"].items()]

@@ -123,7 +123,7 @@ def test_every_option_help_shows_its_default():
     text = p.format_help()
     assert "--trials-per-batch" in text
     for action in p._actions:
-        if not action.option_strings or action.default in (None, False) \
+        if not action.option_strings or action.default is None or action.default is False \
                 or action.dest == "help":
             continue
         assert "default" in (p._get_formatter()._get_help_string(action) or ""), action.dest
