@@ -30,8 +30,8 @@ _CONFIG_COLUMNS: tuple[tuple[str, Callable[[dict, dict], str]], ...] = tuple(
          if d.column is not None]
         + [(Column("m", 45), lambda c, m: str(m["microbatches_per_step"]))],
         key=lambda cc: cc[0].order))
-FRONT_COLUMNS = ("#", *(h for h, _ in _CONFIG_COLUMNS), "tokens/s", "80% interval",
-                 "tok/s/GPU", "MFU", "step s", "peak GiB", "bottleneck")
+FRONT_COLUMNS = ("#", *(h for h, _ in _CONFIG_COLUMNS), "tok/s/GPU", "tok/s 80%", "tokens/s",
+                 "MFU", "step s", "peak GiB", "bottleneck")
 
 
 def _si(x: float) -> str:
@@ -76,8 +76,8 @@ def front_rows(doc: dict[str, Any], top_k: int = 0) -> list[list[str]]:
         c, m = p["config"], p["metrics"]
         mark = "*" if i == doc["recommended"] else ""
         rows.append([f"{i}{mark}", *(cell(c, m) for _, cell in _CONFIG_COLUMNS),
-                     f"{m['tokens_per_s']:,.0f}", interval_text(m),
-                     f"{m['tokens_per_s'] / gpus:,.0f}",
+                     f"{m['tokens_per_s'] / gpus:,.0f}", interval_text(m),
+                     f"{m['tokens_per_s']:,.0f}",
                      f"{m['mfu']:.3f}",
                      f"{m['step_time_s']:.3f}", f"{m['peak_memory_bytes'] / GIB:.1f}",
                      main_bottleneck(m)])
