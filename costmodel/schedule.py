@@ -37,8 +37,6 @@ def pipeline_span_s(first_s, middle_s, last_s, pp, m, schedule, virtual_stages
     steady = m * slowest stage and bubble = span - steady.
     """
     p = np.asarray(pp, dtype=float)
-    m = np.asarray(m, dtype=float)
-    v = np.asarray(virtual_stages, dtype=float)
     first_s = np.asarray(first_s, dtype=float)
     middle_s = np.asarray(middle_s, dtype=float)
     last_s = np.asarray(last_s, dtype=float)
@@ -46,15 +44,27 @@ def pipeline_span_s(first_s, middle_s, last_s, pp, m, schedule, virtual_stages
     has_mid = p >= 3
     slowest = np.where(single, first_s,
                        np.maximum(np.maximum(first_s, last_s), np.where(has_mid, middle_s, 0.0)))
-    # an unrunnable configuration (an infinite stage time) gives an infinite span; the
-    # inf - inf and 0 x inf on the way are expected, not warnings
     with np.errstate(invalid="ignore"):
         total = np.where(single, first_s,
                          first_s + last_s + np.maximum(p - 2.0, 0.0) * middle_s)
-        fill_drain = total - slowest  # the other stages' share of one micro-batch
+    return pipeline_timeline(slowest, total, m, schedule, virtual_stages)
+
+
+def pipeline_timeline(slowest_s, total_s, m, schedule, virtual_stages
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Span of the pipeline from the stages' micro-batch times reduced over the stage plan:
+    ``slowest_s`` the slowest stage's, ``total_s`` the sum over all stages (one micro-batch
+    through the whole pipeline). Returns (span, steady, bubble) with steady = m * slowest
+    stage and bubble = span - steady."""
+    m = np.asarray(m, dtype=float)
+    v = np.asarray(virtual_stages, dtype=float)
+    # an unrunnable configuration (an infinite stage time) gives an infinite span; the
+    # inf - inf and 0 x inf on the way are expected, not warnings
+    with np.errstate(invalid="ignore"):
+        fill_drain = total_s - slowest_s  # the other stages' share of one micro-batch
     inter = np.asarray(schedule) == INTERLEAVED
-    span = m * slowest + np.where(inter, fill_drain / v, fill_drain)
-    steady = m * slowest
+    span = m * slowest_s + np.where(inter, fill_drain / v, fill_drain)
+    steady = m * slowest_s
     return span, steady, span - steady
 
 
