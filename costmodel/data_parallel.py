@@ -77,6 +77,9 @@ class DataParallelStep:
     bucket_bytes: np.ndarray  # the last DDP bucket, reduced after the backward
     gather_bytes: np.ndarray  # the largest stage's parameters, all-gathered
     reduce_collective: np.ndarray  # True: all-reduce; False: reduce-scatter
+    reduce_s: np.ndarray  # the whole reduction of grad_bytes, once
+    bucket_s: np.ndarray  # the last bucket's
+    gather_s: np.ndarray  # the all-gather of gather_bytes, once
     exposed_s: np.ndarray
     total_s: np.ndarray  # the whole DP reduction, exposed or not
     embedding_sync_s: np.ndarray
@@ -153,5 +156,5 @@ def data_parallel_step(comm, batch, groups, fw, eff, training, sh: Sharding, psi
     psi_opt = psi_max / np.where(z >= 1, d, 1.0)
     t_opt = memory_op_time_s(psi_opt * OPTIMIZER_STEP_BYTES[prec],
                              mem_bandwidth_bytes_per_s=bandwidth, eff=eff, n_kernels=8.0)
-    return DataParallelStep(grad_bytes, bucket, psi_max * pb, all_reduce, dp_exposed,
-                            dp_total, tied_sync, t_opt)
+    return DataParallelStep(grad_bytes, bucket, psi_max * pb, all_reduce, reduce_t, t_bucket,
+                            t_ag, dp_exposed, dp_total, tied_sync, t_opt)

@@ -270,17 +270,22 @@ def tp_collectives(sh: Shard, dev: Device, rc) -> OpTable:
                   for c in ("allreduce", "allgather", "reducescatter"))
     sp = sh.sp
     plain = (sh.tp_ranks > 1) & ~sp
-    ops = []
-    for pass_, windows in ((FORWARD, ("proj", "fc2")), (BACKWARD, ("qkv", "fc1")),
-                           (RECOMPUTE, ("proj", "fc2"))):
-        full = (rc == 2) if pass_ == RECOMPUTE else True  # recomputed with the full forward
-        for w in windows:
-            for kern, when in (("allreduce", plain), ("allgather", sp), ("reducescatter", sp)):
-                ops.append(Op(f"tp.{kern}.{pass_}.{w}", f"tp.{kern}", pass_, "tp",
-                              when=when if full is True else when & full, group="tp",
-                              window=w))
-    ops += [Op(f"tp.regather.{w}", "tp.allgather", BACKWARD, "tp", when=sp, group="tp",
-               window=w) for w in ("qkv", "fc1")]
+    # (collective, where, the GEMM it follows or feeds): the forward all-reduces after the
+    # row-parallel projection and FC2 (with SP: all-gather before QKV / FC1, reduce-scatter
+    # after projection / FC2); the backward mirrors it on the input gradients
+    forward = (("allreduce", plain, "proj"), ("allreduce", plain, "fc2"),
+               ("allgather", sp, "qkv"), ("reducescatter", sp, "proj"),
+               ("allgather", sp, "fc1"), ("reducescatter", sp, "fc2"))
+    backward = (("allreduce", plain, "qkv"), ("allreduce", plain, "fc1"),
+                ("reducescatter", sp, "qkv"), ("allgather", sp, "proj"),
+                ("reducescatter", sp, "fc1"), ("allgather", sp, "fc2"),
+                # the re-gathered QKV / FC1 inputs for their weight gradients
+                ("allgather", sp, "qkv.regather"), ("allgather", sp, "fc1.regather"))
+    full = rc == 2  # the recomputed forward of full recompute
+    ops = [Op(f"tp.{c}.{pass_}.{w}", f"tp.{c}", pass_, "tp", group="tp",
+              when=when & full if pass_ == RECOMPUTE else when, window=w.split(".")[0])
+           for pass_, rows in ((FORWARD, forward), (BACKWARD, backward), (RECOMPUTE, forward))
+           for c, when, w in rows]
     return OpTable("tp", kerns, tuple(ops))
 
 

@@ -34,6 +34,7 @@ from costmodel.data_parallel import (  # noqa: F401  (re-exported)
     DDP_BUCKET_ELEMENTS,
     OPTIMIZER_STEP_BYTES,
     DataParallelStep,
+    Sharding,
     data_parallel_step,
     grad_wire_bytes,
     sharding,
@@ -79,6 +80,7 @@ class Phases:
     framework: FrameworkCosts
     groups: Groups
     shard: Shard
+    sharding: Sharding
     layer: LayerCosts  # per configuration, accumulation charged
     distinct_layers: LayerCosts  # per distinct layer shape, with their op tables
     plan: StagePlan
@@ -127,7 +129,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     peak = peaks_by_precision(gpu)[batch.precision]
     scores = metrics.scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups,
                             m, peak, eff, n_gpus)
-    return Phases(fw, groups, shard, layer, distinct, plan, pipe, st, steady, params, dp, mem,
+    return Phases(fw, groups, shard, sh, layer, distinct, plan, pipe, st, steady, params, dp, mem,
                   scores)
 
 

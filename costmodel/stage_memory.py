@@ -201,6 +201,8 @@ class MemoryResult:
     peak_bytes: np.ndarray  # what must fit: the larger of the backward and the step
     observed_bytes: np.ndarray  # nvidia-smi's maximum
     breakdown_bytes: dict[str, np.ndarray]
+    stages: tuple[StageMemory, ...]  # per group of the plan
+    fixed_bytes: np.ndarray  # engine buckets, NCCL buffers, CUDA context: on every stage
 
 
 def peak_memory(plan, params, cx: MemoryContext, sh, m, v, sched, nccl_buffers, eff,
@@ -248,4 +250,4 @@ def peak_memory(plan, params, cx: MemoryContext, sh, m, v, sched, nccl_buffers, 
         "cuda_context": np.full_like(plan.pp, eff.cuda_context_bytes, dtype=float),
         "allocator_reserve": np.where(in_bwd, pick("reserve_backward"), pick("reserve_step")),
     }
-    return MemoryResult(peak_mem, observed, breakdown)
+    return MemoryResult(peak_mem, observed, breakdown, tuple(stages), fixed)
