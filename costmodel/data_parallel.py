@@ -30,15 +30,15 @@ OPTIMIZER_STEP_BYTES = np.array([36.0, 36.0, 50.0, 50.0, 50.0])
 def _fp16_main_grads(fw, prec):
     """Megatron-LM's fp16 training keeps (and all-reduces) fp16 main gradients: only bf16
     forces --accumulate-allreduce-grads-in-fp32 (megatron/training/arguments.py)."""
-    return fw.fp16_grad_copy & (prec == PRECISIONS.index("fp16"))
+    return fw.dp.fp16_grad_copy & (prec == PRECISIONS.index("fp16"))
 
 
 def grad_wire_bytes(fw, prec):
     """Bytes per gradient element of the data-parallel reduction: the gradient buffer's own
     width (``GRAD_BYTES``), 16 bits for Megatron's fp16 main gradients, and DeepSpeed's
-    ``communication_data_type`` (``FrameworkCosts.grad_comm_bytes``) for 16-bit training."""
+    ``communication_data_type`` (``FrameworkCosts.dp.grad_comm_bytes``) for 16-bit training."""
     pb, gb = PARAM_BYTES[prec], GRAD_BYTES[prec]
-    wire = np.where((fw.grad_comm_bytes > 0) & (pb < 4.0), fw.grad_comm_bytes, gb)
+    wire = np.where((fw.dp.grad_comm_bytes > 0) & (pb < 4.0), fw.dp.grad_comm_bytes, gb)
     return np.where(_fp16_main_grads(fw, prec), 2.0, wire)
 
 
@@ -47,7 +47,7 @@ def uses_bf16_optimizer(fw, prec, z):
     is the bf16 one) with ZeRO 0/1. It all-reduces the gradients (pipe engine
     _bf16_reduce_grads -> buffered_allreduce_fallback) and then gathers its updated partition."""
     bf16_weights = (prec == PRECISIONS.index("bf16")) | (prec == PRECISIONS.index("fp8"))
-    return fw.bf16_fp32_grads & bf16_weights & (z <= 1)
+    return fw.dp.bf16_fp32_grads & bf16_weights & (z <= 1)
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def data_parallel_step(comm, batch, groups, fw, eff, training, sh: Sharding, psi
     prec, z, d, bf16_opt = batch.precision, sh.zero, sh.dp, sh.bf16_optimizer
     pb = PARAM_BYTES[prec]
     dp_n, dp_nodes = batch.dp, groups.dp_nodes
-    # bytes per gradient on the wire (FrameworkCosts.grad_comm_bytes: DeepSpeed reduces 16-bit
+    # bytes per gradient on the wire (FrameworkCosts.dp.grad_comm_bytes: DeepSpeed reduces 16-bit
     # gradients in the training dtype)
     gcomm = grad_wire_bytes(fw, prec)
     grad_bytes = psi_max * gcomm
@@ -130,9 +130,9 @@ def data_parallel_step(comm, batch, groups, fw, eff, training, sh: Sharding, psi
     # ZeRO-2: gradients are sharded, so they are reduce-scattered every micro-batch (DeepSpeed
     # stage 2, Megatron-FSDP optim_grads), overlapped with that micro-batch's backward;
     # PyTorch FSDP's SHARD_GRAD_OP also reshards the parameters after each backward and
-    # gathers them again for the next micro-batch's forward (FrameworkCosts.zero2_regather)
+    # gathers them again for the next micro-batch's forward (FrameworkCosts.dp.zero2_regather)
     z2_window = first_layers * (layer.backward_s + layer.recompute_s)
-    z2_gathers = np.where(fw.zero2_regather, m, 1.0)
+    z2_gathers = np.where(fw.dp.zero2_regather, m, 1.0)
     z2_exposed = m * _exposed(t_rs, z2_window, eff) + z2_gathers * exposed_gather
     dp_exposed = np.where(z >= 3, z3_exposed,
                           np.where(z == 2, z2_exposed,

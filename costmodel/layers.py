@@ -69,9 +69,9 @@ SOFTMAX_FALLBACK = {True: (36.0, 40.0, 5.0), False: (8.0, 10.0, 2.0)}  # by soft
 def softmax_falls_back(fw, model: ModelSpec, training: TrainingSpec, prec, attn_batches):
     """Whether a layer's unfused attention softmax leaves Megatron's fused kernel for the
     PyTorch path (``compute.fused_softmax_available``): only frameworks built on Megatron's
-    kernels (``FrameworkCosts.megatron_softmax``), 16-bit or fp8 training (fp32 never takes the
-    kernel and is charged its fp32 passes as before) and no flash attention."""
-    if training.flash_attention or not fw.megatron_softmax:
+    kernels (``FrameworkCosts.kernels.megatron_softmax``), 16-bit or fp8 training (fp32 never
+    takes the kernel and is charged its fp32 passes as before) and no flash attention."""
+    if training.flash_attention or not fw.kernels.megatron_softmax:
         return np.zeros(np.shape(attn_batches), dtype=bool)
     sixteen = np.asarray(prec) != PRECISIONS.index("fp32")
     avail = fused_softmax_available(attn_batches, training.seq_length, causal=model.causal)
@@ -155,7 +155,7 @@ def attention_block(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, dev
         # Megatron-Core (recompute_modules=["core_attn"]: Attention._checkpointed_attention_
         # forward), so its backward runs the fused forward kernel once more; legacy Megatron
         # (Megatron-DeepSpeed) checkpoints it only when it is not fused
-        rc_count = None if fw.recompute_fused_attention else 0.0
+        rc_count = None if fw.kernels.recompute_fused_attention else 0.0
         core_ops = [Op("attn.fwd", "attn", FORWARD, "core"),
                     Op("attn.bwd", "attn.bwd", BACKWARD, "core", parts=("data",)),
                     Op("attn.recompute", "attn", RECOMPUTE, "core", count=rc_count)]
@@ -190,7 +190,7 @@ def _unfused_core(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, dev: 
     # where the fused kernel does not apply (attention batches b x a/t not a multiple of
     # 4, ...) Megatron runs the softmax in PyTorch (SOFTMAX_FALLBACK), the same dropout
     # after it
-    fb_f, fb_b, fb_kernels = SOFTMAX_FALLBACK[fw.softmax_in_fp32]
+    fb_f, fb_b, fb_kernels = SOFTMAX_FALLBACK[fw.kernels.softmax_in_fp32]
     fused_kernels = 2.0 if drop else 1.0
     kernels = np.where(fallback, fb_kernels + (1.0 if drop else 0.0), fused_kernels)
     kerns += [Kernel("softmax", MEMORY, kernels=kernels,
@@ -248,7 +248,7 @@ def layer_memory_ops(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, de
     cast_in = tokens * (2.0 * h / sp_split + a * hd / t + f / t)
     cast_out = tokens * ((a + 2 * g) * hd / t + 2.0 * h + sh.up / t)
     kerns = (Kernel("elementwise", MEMORY, kernels=6.0,
-                    nbytes=fw.elementwise_traffic * (outside / sp_split + inside / t)),
+                    nbytes=fw.kernels.elementwise_traffic * (outside / sp_split + inside / t)),
              Kernel("fp8_cast", MEMORY, nbytes=FP8_CAST_BYTES * cast_in, kernels=4.0,
                     when=dev.fp8),
              Kernel("fp8_cast.bwd", MEMORY, nbytes=FP8_CAST_BYTES * cast_out, kernels=4.0,
@@ -299,17 +299,18 @@ def embedding_table(sh: Shard, fw, dev: Device, layer_params: float) -> OpTable:
              # output_layer is a ColumnParallelLinear, not a Transformer Engine module; MPT's
              # tied head is F.linear): 16-bit peak and operands
              Kernel("head", GEMM, tokens, V / t, h, peak="attention"),
-             Kernel("loss", MEMORY, nbytes=fw.loss_bytes_per_logit * tokens * V / t,
+             Kernel("loss", MEMORY, nbytes=fw.kernels.loss_bytes_per_logit * tokens * V / t,
                     kernels=4.0)]  # softmax fwd/bwd passes
-    if fw.grad_accum_bytes > 0:
+    if fw.kernels.grad_accum_bytes > 0:
         # gradient accumulation outside the GEMMs (AccumulateGrad adds a micro-batch's
         # gradient into param.grad; the first micro-batch of a step only hands it over, so
         # the stage phase charges it (m - 1) / m per micro-batch); the word embedding's dense
         # backward zero-fills a [V/t, h] gradient every micro-batch
-        kerns += [Kernel("grad_accum", MEMORY, nbytes=fw.grad_accum_bytes * layer_params / t),
+        accum = fw.kernels.grad_accum_bytes
+        kerns += [Kernel("grad_accum", MEMORY, nbytes=accum * layer_params / t),
                   Kernel("embedding.grad_zero", MEMORY, nbytes=2.0 * V * h / t),
-                  Kernel("embedding.grad_accum", MEMORY, nbytes=fw.grad_accum_bytes * V * h / t)]
-    if fw.bf16_fp32_grads:
+                  Kernel("embedding.grad_accum", MEMORY, nbytes=accum * V * h / t)]
+    if fw.dp.bf16_fp32_grads:
         # BF16_Optimizer (DeepSpeed 0.6.3 bf16_optimizer.update_hp_grads, after every
         # micro-batch's backward; the bf16 gradients are set to None before each backward, so
         # autograd accumulates nothing): cast each bf16 gradient to fp32 (r2 w4) and add it
@@ -343,9 +344,9 @@ def tp_exposed_s(times, sh: Shard, rc, fw, eff: Efficiency, tp_comm_overlap: boo
     t_qkv, t_proj, t_fc1, t_fc2 = times["qkv"], times["proj"], times["fc1"], times["fc2"]
     tp_on, sp = sh.tp_ranks > 1, sh.sp
     n_collectives = 4.0 + np.where(rc == 2, 2.0, 0.0)
-    cs = fw.collective_s  # each blocking collective's rendezvous of the TP ranks (launch skew)
+    cs = fw.tp.collective_s  # each blocking collective's rendezvous of the TP ranks (launch skew)
     layer_tp = np.where(tp_on, n_collectives * (np.where(sp, ag + rs, ar) + cs), 0.0)
-    if fw.async_tp_grad:
+    if fw.tp.async_tp_grad:
         # the column-parallel linears' (QKV, FC1) input gradient is all-reduced (reduce-
         # scattered with SP) asynchronously while their weight-gradient GEMM runs (Megatron-LM
         # LinearWithGradAccumulationAndAsyncCommunication): two of the backward collectives
@@ -385,16 +386,16 @@ def tp_exposed_s(times, sh: Shard, rc, fw, eff: Efficiency, tp_comm_overlap: boo
 def host_overhead_s(gpu_layer, sh: Shard, rc, fw) -> np.ndarray:
     """The host launches asynchronously: a layer takes about the longer of its GPU time and the
     framework's host time (per pass: forward, two backward halves, recomputed forward), the
-    two joined by a p-norm (FrameworkCosts.host_overlap_p) since the host's time per layer
+    two joined by a p-norm (FrameworkCosts.host.host_overlap_p) since the host's time per layer
     varies and the GPU idles whenever it falls behind. Only small layers are host-bound.
     Returns what the host adds to the layer's GPU time."""
     n_collectives = 4.0 + np.where(rc == 2, 2.0, 0.0)
-    host_layer = fw.layer_pass_s * (3.0 + np.where(rc == 2, 1.0, 0.0))
+    host_layer = fw.host.layer_pass_s * (3.0 + np.where(rc == 2, 1.0, 0.0))
     # each TP collective's host-side call (a tp = 1 layer makes none); with SP each is an
     # all-gather + reduce-scatter pair, plus the backward's two re-gathers
     calls = np.where(sh.sp, 2.0 * n_collectives + 2.0, n_collectives)
-    host_layer = host_layer + np.where(sh.tp_ranks > 1, calls * fw.collective_host_s, 0.0)
-    joined = soft_max(gpu_layer, host_layer, fw.host_overlap_p)
+    host_layer = host_layer + np.where(sh.tp_ranks > 1, calls * fw.host.collective_host_s, 0.0)
+    joined = soft_max(gpu_layer, host_layer, fw.host.host_overlap_p)
     return np.subtract(joined, gpu_layer, out=np.zeros(joined.shape),
                        where=np.isfinite(gpu_layer))  # an unrunnable layer stays inf
 
@@ -413,7 +414,7 @@ def embedding_and_head_s(times, sh: Shard, fw, eff: Efficiency, regather_window:
     # the layers (parallel_lm_logits), so with async_tp_grad it hides behind the weight
     # gradient, and with SP the input is re-gathered for that weight gradient too
     head_coll = np.where(tp_on, np.where(sp, rs, ar), 0.0)
-    if fw.async_tp_grad:
+    if fw.tp.async_tp_grad:
         head_coll = exposed(head_coll, head_gemm, eff)
     head_regather = np.where(sp, exposed(ag, regather_window * head_gemm, eff), 0.0)
     head_b = 2.0 * head_gemm + head_coll + head_regather
@@ -492,10 +493,10 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
     layer_host = host_overhead_s(gpu_layer, sh, rc, fw)
     # selective recompute checkpoints the core only where the time side re-runs it
     core_recomputed = (rc == 1) & (not training.flash_attention
-                                   or fw.recompute_fused_attention)
+                                   or fw.kernels.recompute_fused_attention)
     act = dict(flash_attention=training.flash_attention, dropout=training.dropout,
                act_bytes=dev.act_bytes, fp8=dev.fp8,
-               softmax_fp32_saved=fallback & fw.softmax_in_fp32)
+               softmax_fp32_saved=fallback & fw.kernels.softmax_in_fp32)
     per_layer_act = layer_activation_bytes(model, training.seq_length, sh.micro_batch, sh.tp,
                                            sh.sp, rc, core_recomputed=core_recomputed, **act)
     full_layer_act = layer_activation_bytes(model, training.seq_length, sh.micro_batch, sh.tp,
@@ -510,7 +511,8 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
         tp_comm_s=layer_tp, host_s=layer_host, embedding_s=emb_t, head_s=head_t,
         activation_bytes=np.broadcast_to(per_layer_act, rc.shape),
         full_activation_bytes=np.broadcast_to(full_layer_act, rc.shape),
-        grad_accum_s=kernel_s("grad_accum"), embedding_grad_accum_s=kernel_s("embedding.grad_accum"),
+        grad_accum_s=kernel_s("grad_accum"),
+        embedding_grad_accum_s=kernel_s("embedding.grad_accum"),
         hp_grad_s=kernel_s("hp_grad"), embedding_hp_grad_s=kernel_s("embedding.hp_grad"),
         tables=tables, times=times)
 

@@ -54,7 +54,12 @@ from costmodel.pricing import peaks_by_precision
 from costmodel.schedule import INTERLEAVED, pipeline_timeline
 from costmodel.shard import Shard, shard_of
 from costmodel.specs import ClusterSpec, ModelSpec, TrainingSpec
-from costmodel.stage_memory import FP8_WEIGHT_CACHE_BYTES, MemoryResult, memory_context, peak_memory  # noqa: F401
+from costmodel.stage_memory import (  # noqa: F401  (re-exported)
+    FP8_WEIGHT_CACHE_BYTES,
+    MemoryResult,
+    memory_context,
+    peak_memory,
+)
 from costmodel.stages import (
     PipelineComm,
     StageParams,

@@ -99,9 +99,6 @@ class Kernel:
     when: Any = True
     backward_of: str | None = None
 
-    def gemm_flops(self):
-        return 2.0 * np.asarray(self.m, float) * np.asarray(self.n, float) * np.asarray(self.k, float)
-
 
 @dataclass(frozen=True)
 class Axis:

@@ -39,7 +39,7 @@ def gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt):
 
     Megatron-LM: fp32 main gradients (``GRAD_BYTES``), except fp16 training, which keeps fp16
     main gradients and copies the local gradients (or the distributed optimizer's shard) to
-    fp32 for the step: 2 + 4 / d (``FrameworkCosts.fp16_grad_copy``; the 20 and 4 + 16/d of
+    fp32 for the step: 2 + 4 / d (``FrameworkCosts.dp.fp16_grad_copy``; the 20 and 4 + 16/d of
     cost-model.md 4.2). DeepSpeed: bf16 weights (bf16, and fp8,
     whose DeepSpeed config is the bf16 one) with ZeRO 0/1 run BF16_Optimizer, bf16 gradients
     beside an unsharded fp32 accumulation buffer (2 + 4; deepspeed/runtime/bf16_optimizer.py
@@ -51,7 +51,7 @@ def gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt):
     + 4 grads32 + 4 params32 + 8 Adam).
     """
     sixteen = pb < 4.0
-    zero16 = (fw.zero_grad16 & sixteen & ~bf16_opt) | _fp16_main_grads(fw, prec)
+    zero16 = (fw.dp.zero_grad16 & sixteen & ~bf16_opt) | _fp16_main_grads(fw, prec)
     gm = np.where(bf16_opt, 6.0, np.where(zero16, 2.0, gb))
     g_part = np.where(zero16, 4.0, 0.0) / np.where(z >= 1, d, 1.0)
     return gm, g_part
@@ -131,34 +131,35 @@ def memory_context(fw, eff, batch, sh, layer, plan, m, v, sched, shard, ea, laye
     prec, z, d, bf16_opt = batch.precision, sh.zero, sh.dp, sh.bf16_optimizer
     t, tokens, h, V, single = shard.tp, shard.tokens, shard.hidden, shard.vocab, plan.single
     pb, gb, ob = PARAM_BYTES[prec], GRAD_BYTES[prec], OPTIMIZER_BYTES[prec]
-    # the loss's buffers on the last stage (FrameworkCosts.logits_saved_bytes: what a
+    # the loss's buffers on the last stage (FrameworkCosts.memory.logits_saved_bytes: what a
     # micro-batch keeps from its forward to its backward, Korthikanti 4.3's fp32 logits in
     # Megatron; plus what the running loss allocates on top), kept for every micro-batch in
     # flight on the last stage: one in 1F1B, m in GPipe (all forwards before any backward)
     infl_loss = np.where((sched == GPIPE) & ~single, m, 1.0)
     # DeepSpeed's PipelineEngine also keeps the last stage's output, the 16-bit logits, in its
     # output buffer until the micro-batch's backward (pipe_buffers["outputs"])
-    saved = fw.logits_saved_bytes + np.where(fw.pipe_buffers & ~single, 2.0, 0.0)
-    logits = (saved * infl_loss + fw.logits_transient_bytes) * tokens * V / t
+    saved = fw.memory.logits_saved_bytes + np.where(fw.pipeline.pipe_buffers & ~single, 2.0, 0.0)
+    logits = (saved * infl_loss + fw.memory.logits_transient_bytes) * tokens * V / t
     gm, g_part = gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt)
     # PyTorch FSDP FULL_SHARD keeps no 16-bit shard: the fp32 flat-parameter shard (the
     # master, counted with the optimizer states) is cast to 16 bits when a unit is gathered
-    pw = np.where(fw.fp32_flat_shard & (z >= 3) & (pb < 4.0), 0.0, pb)
+    pw = np.where(fw.dp.fp32_flat_shard & (z >= 3) & (pb < 4.0), 0.0, pb)
     # Transformer Engine's fp8 copies of each layer's linear weights, and their transposes
     # for the backward on Hopper, cached across the step's micro-batches where the framework
     # passes is_first_microbatch (Megatron-Core): FP8_WEIGHT_CACHE_BYTES per local layer
     # parameter beside the 16-bit weights (--fp8-param-gather, which keeps no 16-bit copy,
     # is not modelled)
-    cache = np.where((prec == PRECISIONS.index("fp8")) & fw.fp8_weight_cache & (z < 3),
+    cache = np.where((prec == PRECISIONS.index("fp8")) & fw.memory.fp8_weight_cache & (z < 3),
                      FP8_WEIGHT_CACHE_BYTES * layer_params / t, 0.0)
     zbuf = np.where(z >= 3, 2.0 * layer_params / t * pb, 0.0)
     # BF16_Optimizer reduces its fp32 gradients through the cast counted in the step copy,
     # not a bucket
-    engine = (np.where(bf16_opt, 0.0, fw.reduce_bucket_bytes) + fw.gather_bucket_bytes + zbuf)
-    step_grad = np.where(fw.autograd_grads, pb, 0.0) / np.where(z >= 2, d, 1.0)
+    engine = (np.where(bf16_opt, 0.0, fw.memory.reduce_bucket_bytes)
+              + fw.memory.gather_bucket_bytes + zbuf)
+    step_grad = np.where(fw.memory.autograd_grads, pb, 0.0) / np.where(z >= 2, d, 1.0)
     keep = eff.allocator_fraction / (1.0 - eff.allocator_fraction)
-    # two activations per in-flight micro-batch (calibrated, see FrameworkCosts.pipe_buffers)
-    pipe_act = 2.0 * tokens * h * ea if fw.pipe_buffers else None
+    # two activations per in-flight micro-batch (calibrated: FrameworkCosts.pipeline)
+    pipe_act = 2.0 * tokens * h * ea if fw.pipeline.pipe_buffers else None
     return MemoryContext(layer.activation_bytes,
                          np.where(batch.recompute == 2, layer.full_activation_bytes, 0.0),
                          logits, pipe_act, pw, gm, ob, g_part, grad_wire_bytes(fw, prec), cache,

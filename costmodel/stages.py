@@ -136,10 +136,10 @@ def pipeline_comm(system, fw, comm, batch, groups, act_bytes, v) -> PipelineComm
     # DeepSpeed frees a sent activation's full tensor and re-gathers it from its partition for
     # the backward (PipelineEngine._exec_backward_pass: part_output.full()): one more
     # re-gather per micro-batch on every stage but the last
-    out_regroup = np.where(pp_on, v * regroup, 0.0) if fw.pipe_regather_output else 0.0
+    out_regroup = np.where(pp_on, v * regroup, 0.0) if fw.pipeline.pipe_regather_output else 0.0
     # a middle stage of a framework with serial blocking p2p (DeepSpeed) pays 4 transfers
     # (serial transfers add no re-gathers)
-    serial = (2.0 * v * p2p_one if fw.serial_p2p else np.zeros(p2p_one.shape))
+    serial = (2.0 * v * p2p_one if fw.pipeline.serial_p2p else np.zeros(p2p_one.shape))
     return PipelineComm(p2p_bytes, p2p_one, regroup, edge, middle, out_regroup, serial)
 
 

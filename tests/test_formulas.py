@@ -485,7 +485,6 @@ def _deepspeed_change_s(par, *, tied: bool = False, **changes):
     micro-batch 2: m = 4) under DeepSpeed's costs, minus the same with ``changes`` made to
     them; and (m, V, parameters of the two layers, the memory-op bandwidth, kernel overhead).
     """
-    from dataclasses import replace
 
     from costmodel import calibration as C
     from costmodel.batch import ConfigBatch
@@ -502,7 +501,7 @@ def _deepspeed_change_s(par, *, tied: bool = False, **changes):
     batch = ConfigBatch.from_configs([par])
     before = score(model, cluster, training, batch).step_time_s[0]
     after = score(model, cluster, training, batch,
-                  framework=replace(C.FRAMEWORKS["deepspeed"], **changes)).step_time_s[0]
+                  framework=C.FRAMEWORKS["deepspeed"].with_(**changes)).step_time_s[0]
     eff = C.efficiency_for(80)
     bw = eff.memory * cluster.gpu.memory_bandwidth_bytes_per_s
     consts = (8 / par.micro_batch_size, float(padded_vocab(50000, 1)),
@@ -587,7 +586,6 @@ def test_deepspeed_middle_stages_pay_serial_transfers():
     # stage pays four per micro-batch where Megatron's batched send/recv pairs pay two. The
     # fill and drain pass through the p - 2 middle stages, so the step grows by at least
     # (p - 2) extra transfer pairs.
-    from dataclasses import replace
 
     from costmodel import calibration as C
     from costmodel.batch import ConfigBatch
@@ -603,7 +601,7 @@ def test_deepspeed_middle_stages_pay_serial_transfers():
     batch = ConfigBatch.from_configs([ParallelConfig(tp=1, pp=4, dp=8, precision="bf16")])
     serial = score(model, cluster, training, batch)
     paired = score(model, cluster, training, batch,
-                   framework=replace(C.FRAMEWORKS["deepspeed"], serial_p2p=False))
+                   framework=C.FRAMEWORKS["deepspeed"].with_(serial_p2p=False))
     pair = paired.time_breakdown_s["pp_comm"][0] / paired.microbatches[0]  # 2 transfers
     extra = serial.step_time_s[0] - paired.step_time_s[0]
     assert extra >= (4 - 2) * pair * (1 - 1e-9)
@@ -614,7 +612,6 @@ def test_megatron_hides_the_backward_tp_collectives_behind_weight_gradients():
     # runs: of the 4 all-reduces per layer (no recompute), 2 stay whole and 2 cost only the
     # share overlap does not hide, as long as each is shorter than its GEMM (large hidden,
     # tp 2). Without the overlap (Megatron-DeepSpeed's fork) all 4 are whole.
-    from dataclasses import replace
 
     from costmodel import calibration as C
     from costmodel import collectives as coll
@@ -638,7 +635,7 @@ def test_megatron_hides_the_backward_tp_collectives_behind_weight_gradients():
     overlapped = score(model, cluster, training, batch)
     assert per_layer(overlapped) == pytest.approx(ar * (2 + 2 * (1 - hidden)), rel=1e-6)
     blocking = score(model, cluster, training, batch,
-                     framework=replace(C.FRAMEWORKS["megatron"], async_tp_grad=False))
+                     framework=C.FRAMEWORKS["megatron"].with_(async_tp_grad=False))
     assert per_layer(blocking) == pytest.approx(4 * ar, rel=1e-6)
 
 
@@ -764,7 +761,7 @@ def test_deepspeed_host_floor_adds_each_tp_collective_call():
     training = TrainingSpec(seq_length=512, global_batch_size=8, framework="deepspeed",
                             flash_attention=False)
     fw = FRAMEWORKS["deepspeed"]
-    assert fw.collective_host_s > 0
+    assert fw.host.collective_host_s > 0
 
     def layer_s(tp):
         par = ParallelConfig(tp=tp, pp=1, dp=8 // tp, precision="fp16", recompute="full")
@@ -778,11 +775,11 @@ def test_deepspeed_host_floor_adds_each_tp_collective_call():
 
     from costmodel.compute import soft_max
 
-    for tp, host in ((1, 4 * fw.layer_pass_s),
-                     (2, 4 * fw.layer_pass_s + 6 * fw.collective_host_s)):
+    for tp, host in ((1, 4 * fw.host.layer_pass_s),
+                     (2, 4 * fw.host.layer_pass_s + 6 * fw.host.collective_host_s)):
         gpu, total = layer_s(tp)
         assert gpu < 0.45 * host  # well below the crossover: the p-norm adds < 0.1%
-        assert total == pytest.approx(float(soft_max(gpu, host, fw.host_overlap_p)), rel=1e-9)
+        assert total == pytest.approx(float(soft_max(gpu, host, fw.host.host_overlap_p)), rel=1e-9)
         assert total == pytest.approx(host, rel=1e-3)
 
 

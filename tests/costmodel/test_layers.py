@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -71,7 +69,7 @@ def test_pass_times_sum_their_rows_by_category():
 
 def test_tp_rows_are_what_a_blocking_framework_pays():
     # no async gradients, no SP, no rendezvous: the exposed TP time is the rows' sum
-    fw = replace(FRAMEWORKS["megatron"], async_tp_grad=False, collective_s=0.0)
+    fw = FRAMEWORKS["megatron"].with_(async_tp_grad=False, collective_s=0.0)
     for rc in ("none", "full"):
         costs = _costs([ParallelConfig(tp=4, dp=4, recompute=rc)], fw=fw)
         tp = costs.tables[1]
