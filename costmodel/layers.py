@@ -21,14 +21,15 @@ fused attention Dao et al. 2022.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from costmodel.batch import ConfigBatch
 from costmodel.calibration import Efficiency
 from costmodel.compute import fused_softmax_available, layer_forward_flops, soft_max
+from costmodel.groups import Collectives
 from costmodel.memory import layer_activation_bytes
 from costmodel.pricing import (
     ATTENTION,
@@ -78,15 +79,14 @@ def softmax_falls_back(fw, model: ModelSpec, training: TrainingSpec, prec, attn_
     return sixteen & ~avail
 
 
-@dataclass(frozen=True)
-class Op:
+class Op(NamedTuple):
     """One row of an op table: where a kernel runs, in which pass, summed where."""
 
     name: str
     kernel: str  # the priced Kernel's name (rows may share a kernel)
     pass_: str  # FORWARD, BACKWARD or RECOMPUTE
     category: str  # the sum its time joins: linear, core, elementwise, cast, ...
-    count: Any = None  # times the kernel runs (None: once); 0 x time keeps an inf as NaN
+    repeat: Any = None  # times the kernel runs (None: once); 0 x time keeps an inf as NaN
     parts: tuple[str, ...] = ()  # DATA_AND_WEIGHT for a linear's backward
     when: Any = True  # where the row runs
     group: str | None = None  # the communication axis of a collective row
@@ -111,8 +111,8 @@ class OpTable:
 
 def row_time(op: Op, times: dict[str, np.ndarray]) -> np.ndarray:
     t = times[op.kernel]
-    if op.count is not None:
-        t = op.count * t
+    if op.repeat is not None:
+        t = op.repeat * t
     if op.when is not True:
         t = np.where(op.when, t, 0.0)
     return t
@@ -158,7 +158,7 @@ def attention_block(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, dev
         rc_count = None if fw.kernels.recompute_fused_attention else 0.0
         core_ops = [Op("attn.fwd", "attn", FORWARD, "core"),
                     Op("attn.bwd", "attn.bwd", BACKWARD, "core", parts=("data",)),
-                    Op("attn.recompute", "attn", RECOMPUTE, "core", count=rc_count)]
+                    Op("attn.recompute", "attn", RECOMPUTE, "core", repeat=rc_count)]
     else:
         core, core_ops = _unfused_core(sh, model, training, fw, dev, fallback)
     # the linears' rows first: each pass sums its linear GEMMs before the attention core
@@ -282,9 +282,12 @@ def tp_collectives(sh: Shard, dev: Device, rc) -> OpTable:
                 # the re-gathered QKV / FC1 inputs for their weight gradients
                 ("allgather", sp, "qkv.regather"), ("allgather", sp, "fc1.regather"))
     full = rc == 2  # the recomputed forward of full recompute
-    ops = [Op(f"tp.{c}.{pass_}.{w}", f"tp.{c}", pass_, "tp", group="tp",
-              when=when & full if pass_ == RECOMPUTE else when, window=w.split(".")[0])
-           for pass_, rows in ((FORWARD, forward), (BACKWARD, backward), (RECOMPUTE, forward))
+    masks = {id(plain): plain & full, id(sp): sp & full}
+    recomputed = tuple((c, masks[id(when)], w) for c, when, w in forward)
+    ops = [Op(f"tp.{c}.{pass_}.{w}", f"tp.{c}", pass_, "tp", group="tp", when=when,
+              window=w.split(".")[0])
+           for pass_, rows in ((FORWARD, forward), (BACKWARD, backward),
+                               (RECOMPUTE, recomputed))
            for c, when, w in rows]
     return OpTable("tp", kerns, tuple(ops))
 
@@ -448,17 +451,18 @@ class LayerCosts:
 
     def take(self, index) -> LayerCosts:
         """Costs per configuration from costs per distinct layer (``index`` gathers)."""
-        return LayerCosts(**{f.name: getattr(self, f.name)[index] for f in fields(self)
-                             if f.name not in ("tables", "times")})
+        return LayerCosts(*(getattr(self, name)[index] for name in _COST_FIELDS))
 
     def with_(self, **kw) -> LayerCosts:
-        from dataclasses import replace
         return replace(self, **kw)
 
     @property
     def total_s(self) -> np.ndarray:
         """A layer's micro-batch on the critical path: GPU passes, TP, host."""
         return self.forward_s + self.backward_s + self.recompute_s + self.tp_comm_s + self.host_s
+
+
+_COST_FIELDS = tuple(f.name for f in fields(LayerCosts) if f.name not in ("tables", "times"))
 
 
 def layer_tables(model: ModelSpec, training: TrainingSpec, fw, dev: Device, sh: Shard, rc,
@@ -532,8 +536,6 @@ def price_distinct_layers(model: ModelSpec, training: TrainingSpec, eff: Efficie
                           system, batch: ConfigBatch, groups) -> tuple[LayerCosts, LayerCosts]:
     """Layer costs per configuration, computed once per distinct layer shape (the key of
     :func:`layer_key`); returns (per configuration, per distinct shape)."""
-    from costmodel.groups import Collectives
-
     _, lfirst, linv = np.unique(layer_key(batch, groups.tp_nodes), return_index=True,
                                 return_inverse=True)
     sub = batch.take(lfirst)

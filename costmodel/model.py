@@ -109,14 +109,14 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     groups = resolve_groups(cluster, batch.tp, batch.pp, batch.dp, model.tied_embeddings)
     comm = Collectives(system, batch, groups.layout)
     shard = shard_of(model, training, batch)
-    sh = sharding(fw, batch.precision, batch.zero_stage, batch.dp)
+    sharded = sharding(fw, batch.precision, batch.zero_stage, batch.dp)
     sched = batch.schedule
     v = np.where(sched == INTERLEAVED, batch.virtual_stages, 1).astype(float)
-    m = float(training.global_batch_size) / (shard.micro_batch * sh.dp)
+    m = float(training.global_batch_size) / (shard.micro_batch * sharded.dp)
     ea = ACT_BYTES[batch.precision]
 
     layer, distinct = price_distinct_layers(model, training, eff, fw, gpu, system, batch, groups)
-    layer = accumulate_gradients(layer, m, sh.bf16_optimizer,
+    layer = accumulate_gradients(layer, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
     plan = stage_plan(model.num_layers, batch.pp)
     pipe = pipeline_comm(system, fw, comm, batch, groups, shard.tokens * shard.hidden * ea, v)
@@ -124,17 +124,17 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v)
     steady = steady_state(st, layer, timeline[1], m)
     params = stage_params(plan, model, training, shard.vocab, shard.tp)
-    dp = data_parallel_step(comm, batch, groups, fw, eff, training, sh, params.largest,
+    dp = data_parallel_step(comm, batch, groups, fw, eff, training, sharded, params.largest,
                             plan.groups[0].layers, layer, steady, m, shard.vocab, shard.hidden,
                             model.tied_embeddings, gpu.memory_bandwidth_bytes_per_s)
-    cx = memory_context(fw, eff, batch, sh, layer, plan, m, v, sched, shard, ea, params.layer)
-    mem = peak_memory(plan, params, cx, sh, m, v, sched, groups.nccl_buffers_bytes, eff,
+    cx = memory_context(fw, eff, batch, sharded, shard, layer, plan, m, ea, params.layer)
+    mem = peak_memory(plan, params, cx, sharded, m, v, sched, groups.nccl_buffers_bytes, eff,
                       gpu.memory_bytes)
-    n_gpus = shard.tp * batch.pp.astype(float) * sh.dp
+    n_gpus = shard.tp * batch.pp.astype(float) * sharded.dp
     peak = peaks_by_precision(gpu)[batch.precision]
     scores = metrics.scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups,
                             m, peak, eff, n_gpus)
-    return Phases(fw, groups, shard, sh, layer, distinct, plan, pipe, st, steady, params, dp, mem,
+    return Phases(fw, groups, shard, sharded, layer, distinct, plan, pipe, st, steady, params, dp, mem,
                   scores)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -72,8 +72,7 @@ def device_for(gpu, eff: Efficiency, precision: np.ndarray) -> Device:
                   tensor_cores=precision != PRECISIONS.index("fp32"), sm_count=gpu.sm_count)
 
 
-@dataclass(frozen=True)
-class Kernel:
+class Kernel(NamedTuple):
     """One priced kernel (or collective) of an op table, for every configuration of a batch.
 
     ``kind`` says how it is priced: ``gemm`` (roofline of an m x k by k x n GEMM at the

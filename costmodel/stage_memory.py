@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.data_parallel import _fp16_main_grads, grad_wire_bytes
+from costmodel.data_parallel import Sharding, _fp16_main_grads, grad_wire_bytes
+from costmodel.layers import LayerCosts
 from costmodel.memory import (
     GRAD_BYTES,
     OPTIMIZER_BYTES,
@@ -22,7 +23,9 @@ from costmodel.memory import (
     model_state_bytes,
 )
 from costmodel.schedule import GPIPE
+from costmodel.shard import Shard
 from costmodel.specs import PRECISIONS
+from costmodel.stages import StageGroup, StageParams, StagePlan
 
 # Bytes per local layer parameter of Transformer Engine's cached fp8 weight and its fp8
 # transpose (te.Linear fp8 workspaces, reused while is_first_microbatch is False)
@@ -127,9 +130,13 @@ class MemoryContext:
     keep: float  # reserve per allocated byte
 
 
-def memory_context(fw, eff, batch, sh, layer, plan, m, v, sched, shard, ea, layer_params):
-    prec, z, d, bf16_opt = batch.precision, sh.zero, sh.dp, sh.bf16_optimizer
+def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCosts,
+                   plan: StagePlan, m, act_bytes, layer_params: float) -> MemoryContext:
+    """What every stage group's memory reads: per-layer activations, the loss's buffers, the
+    bytes per parameter of the model states as the framework holds them, engine buffers."""
+    prec, z, d, bf16_opt = batch.precision, opt.zero, opt.dp, opt.bf16_optimizer
     t, tokens, h, V, single = shard.tp, shard.tokens, shard.hidden, shard.vocab, plan.single
+    sched = batch.schedule
     pb, gb, ob = PARAM_BYTES[prec], GRAD_BYTES[prec], OPTIMIZER_BYTES[prec]
     # the loss's buffers on the last stage (FrameworkCosts.memory.logits_saved_bytes: what a
     # micro-batch keeps from its forward to its backward, Korthikanti 4.3's fp32 logits in
@@ -159,14 +166,15 @@ def memory_context(fw, eff, batch, sh, layer, plan, m, v, sched, shard, ea, laye
     step_grad = np.where(fw.memory.autograd_grads, pb, 0.0) / np.where(z >= 2, d, 1.0)
     keep = eff.allocator_fraction / (1.0 - eff.allocator_fraction)
     # two activations per in-flight micro-batch (calibrated: FrameworkCosts.pipeline)
-    pipe_act = 2.0 * tokens * h * ea if fw.pipeline.pipe_buffers else None
+    pipe_act = 2.0 * tokens * h * act_bytes if fw.pipeline.pipe_buffers else None
     return MemoryContext(layer.activation_bytes,
                          np.where(batch.recompute == 2, layer.full_activation_bytes, 0.0),
                          logits, pipe_act, pw, gm, ob, g_part, grad_wire_bytes(fw, prec), cache,
                          engine, step_grad, keep)
 
 
-def stage_memory(g, psi, cx: MemoryContext, sh, plan, m, v, sched) -> StageMemory:
+def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: StagePlan, m, v,
+                 sched) -> StageMemory:
     """One stage group's memory: its layers' activations for the micro-batches in flight on
     its representative stage, model states of its parameters, the loss where it sits."""
     infl = microbatches_in_flight(sched, plan.pp, m, v, g.index)
@@ -175,12 +183,12 @@ def stage_memory(g, psi, cx: MemoryContext, sh, plan, m, v, sched) -> StageMemor
         act = act + np.where(plan.single, 0.0, cx.pipe_act * infl)
     logits = np.where(g.head, cx.logits, 0.0)
     w, gr, o = model_state_bytes(psi, cx.param_bytes, cx.grad_bytes, cx.optimizer_bytes,
-                                 sh.zero, sh.dp)
+                                 opt.zero, opt.dp)
     w = w + g.layers * cx.cache
     # the fp32 copy of the (local partition of the) 16-bit gradients, or BF16_Optimizer's
     # bf16 cast of its fp32 gradients for the all-reduce, exists only after the backward has
     # freed the activations
-    copy = psi * reduce_copy_bytes(sh.bf16_optimizer, cx.gcomm, cx.g_part, psi)
+    copy = psi * reduce_copy_bytes(opt.bf16_optimizer, cx.gcomm, cx.g_part, psi)
     # What the caching allocator reserves on each stage. Of what is allocated and freed
     # within a step (activations, logits, engine buckets and, where autograd allocates them
     # every step, the gradients in the weights' dtype) a share ``allocator_fraction`` of the
@@ -206,11 +214,11 @@ class MemoryResult:
     fixed_bytes: np.ndarray  # engine buckets, NCCL buffers, CUDA context: on every stage
 
 
-def peak_memory(plan, params, cx: MemoryContext, sh, m, v, sched, nccl_buffers, eff,
-                gpu_memory_bytes) -> MemoryResult:
+def peak_memory(plan: StagePlan, params: StageParams, cx: MemoryContext, opt: Sharding, m, v,
+                sched, nccl_buffers, eff, gpu_memory_bytes) -> MemoryResult:
     """For each stage group of the plan, its memory; the peak is the group that holds
     strictly more than every group before it (embedding stage, loss stage, middle stages)."""
-    stages = [stage_memory(g, psi, cx, sh, plan, m, v, sched)
+    stages = [stage_memory(g, psi, cx, opt, plan, m, v, sched)
               for g, psi in zip(plan.groups, params.per_group, strict=True)]
     sel = np.zeros(plan.pp.shape, np.int64)
     best = observed = None

@@ -17,6 +17,7 @@ import numpy as np
 from costmodel.batch import ConfigBatch
 from costmodel.calibration import Efficiency, FrameworkCosts
 from costmodel.compute import ACT_BYTES, GEMM_BYTES
+from costmodel.model import run_phases
 from costmodel.pricing import ATTENTION, COLLECTIVE, GEMM
 from costmodel.specs import PRECISIONS, ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
@@ -103,7 +104,7 @@ def _layer_ops(ph, config) -> list[TraceOp]:
             nbytes, flops = _kernel_size(kern, act_bytes, gemm_bytes)
             comm = kern.kind == COLLECTIVE
             out.append(TraceOp(block, op.name, op.kernel, kern.kind, op.pass_, op.category,
-                               1.0 if op.count is None else float(op.count), kern.group,
+                               1.0 if op.repeat is None else float(op.repeat), kern.group,
                                config.tp if comm else 1, tp_nodes if comm else 1, nbytes,
                                flops, float(np.asarray(layer.times[op.kernel]).reshape(-1)[0]),
                                op.window))
@@ -156,8 +157,6 @@ def trace(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
           config: ParallelConfig, *, efficiency: Efficiency | None = None,
           framework: FrameworkCosts | None = None) -> Trace:
     """The op list, DP collectives and stage plan of one configuration, with sizes and times."""
-    from costmodel.model import run_phases
-
     ph = run_phases(model, cluster, training, ConfigBatch.from_configs([config]),
                     efficiency=efficiency, framework=framework)
     return Trace(config, tuple(_layer_ops(ph, config) + _pipeline_ops(ph, config)),

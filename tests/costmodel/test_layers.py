@@ -48,7 +48,7 @@ def test_op_table_rows_name_priced_kernels_and_passes(flash):
     assert [op.kernel for op in linears if op.pass_ == FORWARD] == ["qkv", "proj", "fc1", "fc2"]
     # a linear's backward: data and weight gradient, each as long as the forward GEMM
     for op in (op for op in linears if op.pass_ == BACKWARD):
-        assert op.parts == DATA_AND_WEIGHT and op.count == 2.0
+        assert op.parts == DATA_AND_WEIGHT and op.repeat == 2.0
 
 
 def test_pass_times_sum_their_rows_by_category():
