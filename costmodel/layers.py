@@ -143,7 +143,7 @@ def attention_block(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, dev
     lin = [Kernel("qkv", GEMM, tokens, (a + 2 * g) * hd / t, h),
            Kernel("proj", GEMM, tokens, h, a * hd / t)]
     if training.flash_attention:
-        lf = layer_forward_flops(model, training.seq_length, sh.micro_batch, t)
+        lf = layer_forward_flops(model, sh.seq, sh.micro_batch, t)
         # causal fused attention does half of the square (Dao et al. 2022); the kernels are
         # built for head dimensions in steps of 32 (FlashAttention-2: 32..256), so others run
         # padded to the next one
@@ -501,9 +501,9 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
     act = dict(flash_attention=training.flash_attention, dropout=training.dropout,
                act_bytes=dev.act_bytes, fp8=dev.fp8,
                softmax_fp32_saved=fallback & fw.kernels.softmax_in_fp32)
-    per_layer_act = layer_activation_bytes(model, training.seq_length, sh.micro_batch, sh.tp,
+    per_layer_act = layer_activation_bytes(model, sh.seq, sh.micro_batch, sh.tp,
                                            sh.sp, rc, core_recomputed=core_recomputed, **act)
-    full_layer_act = layer_activation_bytes(model, training.seq_length, sh.micro_batch, sh.tp,
+    full_layer_act = layer_activation_bytes(model, sh.seq, sh.micro_batch, sh.tp,
                                             sh.sp, np.zeros_like(rc), **act)
     zero = np.zeros(rc.shape)
 

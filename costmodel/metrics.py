@@ -77,7 +77,7 @@ def stage_imbalance(plan, st, layer, num_layers: float) -> np.ndarray:
 
 def scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups, m,
            peak_flops_per_s, eff, n_gpus) -> Scores:
-    span, _, bubble = timeline
+    span, bubble = timeline.span_s, timeline.bubble_s
     step = span + dp.exposed_s + dp.embedding_sync_s + dp.optimizer_s + eff.step_overhead_s
     times = {
         "compute": m * steady.compute_s,

@@ -51,7 +51,7 @@ from costmodel.layers import (  # noqa: F401  (re-exported)
 )
 from costmodel.metrics import Scores
 from costmodel.pricing import peaks_by_precision
-from costmodel.schedule import INTERLEAVED, pipeline_timeline
+from costmodel.schedule import INTERLEAVED, Timeline, pipeline_timeline
 from costmodel.shard import Shard, shard_of
 from costmodel.specs import ClusterSpec, ModelSpec, TrainingSpec
 from costmodel.stage_memory import (  # noqa: F401  (re-exported)
@@ -91,6 +91,7 @@ class Phases:
     plan: StagePlan
     pipeline: PipelineComm
     stages: StageTimes
+    timeline: Timeline
     steady: SteadyState
     params: StageParams
     data_parallel: DataParallelStep
@@ -122,7 +123,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     pipe = pipeline_comm(system, fw, comm, batch, groups, shard.tokens * shard.hidden * ea, v)
     st = stage_times(plan, layer, pipe)
     timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v)
-    steady = steady_state(st, layer, timeline[1], m)
+    steady = steady_state(st, layer, timeline.steady_s, m)
     params = stage_params(plan, model, training, shard.vocab, shard.tp)
     dp = data_parallel_step(comm, batch, groups, fw, eff, training, sharded, params.largest,
                             plan.groups[0].layers, layer, steady, m, shard.vocab, shard.hidden,
@@ -134,8 +135,8 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     peak = peaks_by_precision(gpu)[batch.precision]
     scores = metrics.scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups,
                             m, peak, eff, n_gpus)
-    return Phases(fw, groups, shard, sharded, layer, distinct, plan, pipe, st, steady, params, dp, mem,
-                  scores)
+    return Phases(fw, groups, shard, sharded, layer, distinct, plan, pipe, st, timeline, steady,
+                  params, dp, mem, scores)
 
 
 def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch: ConfigBatch,

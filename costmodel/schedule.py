@@ -12,6 +12,8 @@ Sources:
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from costmodel.specs import Schedule
@@ -27,8 +29,16 @@ def bubble_share(pp, m, virtual_stages=1) -> np.ndarray:
     return (p - 1.0) / (v * m + p - 1.0)
 
 
-def pipeline_span_s(first_s, middle_s, last_s, pp, m, schedule, virtual_stages
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+class Timeline(NamedTuple):
+    """The pipeline's span for one optimizer step: steady = m x the slowest stage's
+    micro-batch, bubble = span - steady (arrays over the configurations)."""
+
+    span_s: np.ndarray
+    steady_s: np.ndarray
+    bubble_s: np.ndarray
+
+
+def pipeline_span_s(first_s, middle_s, last_s, pp, m, schedule, virtual_stages) -> Timeline:
     """Span of the pipeline for one optimizer step.
 
     Arguments are per-micro-batch times (forward + backward, including blocking
@@ -50,8 +60,7 @@ def pipeline_span_s(first_s, middle_s, last_s, pp, m, schedule, virtual_stages
     return pipeline_timeline(slowest, total, m, schedule, virtual_stages)
 
 
-def pipeline_timeline(slowest_s, total_s, m, schedule, virtual_stages
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pipeline_timeline(slowest_s, total_s, m, schedule, virtual_stages) -> Timeline:
     """Span of the pipeline from the stages' micro-batch times reduced over the stage plan:
     ``slowest_s`` the slowest stage's, ``total_s`` the sum over all stages (one micro-batch
     through the whole pipeline). Returns (span, steady, bubble) with steady = m * slowest
@@ -65,7 +74,7 @@ def pipeline_timeline(slowest_s, total_s, m, schedule, virtual_stages
     inter = np.asarray(schedule) == INTERLEAVED
     span = m * slowest_s + np.where(inter, fill_drain / v, fill_drain)
     steady = m * slowest_s
-    return span, steady, span - steady
+    return Timeline(span, steady, span - steady)
 
 
 def stage_layers(num_layers, pp) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
