@@ -1,8 +1,8 @@
 """The data-parallel step: gradient reduction, ZeRO's gathers, the embedding sync, the
 optimizer step.
 
-Exposed DP time per ZeRO stage (Rajbhandari et al. 2020, arXiv:1910.02054; cost-model.md
-5): the reduction overlaps the backward of the last micro-batch on the first stage (Megatron's
+Exposed DP time per ZeRO stage (Rajbhandari et al. 2020, arXiv:1910.02054; cost-model.md 5 and
+6): the reduction overlaps the backward of the last micro-batch on the first stage (Megatron's
 DDP buckets, ``overlap_grad_reduce``), ZeRO-2 reduce-scatters every micro-batch, ZeRO-3
 gathers the parameters for every forward and backward. The optimizer step is memory bound on
 the local shard.

@@ -166,11 +166,11 @@ def stage_times(plan: StagePlan, layer: LayerCosts, pipe: PipelineComm) -> Stage
     stage_s, p2p_s = [], []
     slowest = total = sel_layers = sel_ends = sel_p2p = None
     for g in plan.groups:
-        ends = np.where(g.embedding, layer.embedding_s, 0.0) + np.where(g.head, layer.head_s,
-                                                                        0.0)
+        emb = np.where(g.embedding, layer.embedding_s, 0.0)
+        head = np.where(g.head, layer.head_s, 0.0)
+        ends = emb + head
         p2p = pipe.stage_s(g, pp)
-        t = g.layers * lt + np.where(g.embedding, layer.embedding_s, 0.0)
-        t = t + np.where(g.head, layer.head_s, 0.0) + p2p
+        t = g.layers * lt + emb + head + p2p
         stage_s.append(t)
         p2p_s.append(p2p)
         if slowest is None:  # the embedding's stage: every configuration has it
