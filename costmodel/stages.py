@@ -70,8 +70,9 @@ def stage_plan(num_layers: int, pp: np.ndarray) -> StagePlan:
                        n_first, yes, single, wins_time_ties=False)
     last = StageGroup("last", pp - 1, np.where(single, 0, 1), n_last, no, yes,
                       wins_time_ties=True)
-    # the second stage represents the middle ones (for memory: one micro-batch fewer in flight
-    # than the first)
+    # the second stage represents the middle ones: a full middle stage with one micro-batch
+    # fewer in flight than the first; it holds the most when the first stage has fewer layers
+    # (uneven split)
     middle = StageGroup("middle", np.minimum(1, pp - 1), np.maximum(pp - 2, 0), n_mid, no, no,
                         wins_time_ties=False)
     return StagePlan(pp, (first, last, middle), ok)

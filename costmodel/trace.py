@@ -17,6 +17,7 @@ import numpy as np
 from costmodel.batch import ConfigBatch
 from costmodel.calibration import Efficiency, FrameworkCosts
 from costmodel.compute import ACT_BYTES, GEMM_BYTES
+from costmodel.data_parallel import grad_wire_bytes
 from costmodel.model import run_phases
 from costmodel.pricing import ATTENTION, COLLECTIVE, GEMM
 from costmodel.specs import PRECISIONS, ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
@@ -52,7 +53,8 @@ class TraceCollective:
     nbytes: float
     ranks: int
     nodes: int
-    time_s: float
+    time_s: float  # one of them
+    count: int = 1  # how many the step runs (the gradient buckets of the whole reduction)
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class TraceStage:
 class Trace:
     config: ParallelConfig
     ops: tuple[TraceOp, ...]
-    data_parallel: tuple[TraceCollective, ...]
+    data_parallel: tuple[TraceCollective, ...]  # and the tied embedding's sync
     stages: tuple[TraceStage, ...]
     metrics: dict  # Scores.row(0)
 
@@ -126,19 +128,30 @@ def _pipeline_ops(ph, config) -> list[TraceOp]:
     return ops
 
 
-def _dp_collectives(ph, config) -> list[TraceCollective]:
-    if config.dp == 1:
-        return []
+def _dp_collectives(ph, config, tied: bool) -> list[TraceCollective]:
     dp = ph.data_parallel
-    nodes = int(ph.groups.dp_nodes[0])
-    reduce = "allreduce" if bool(dp.reduce_collective[0]) else "reducescatter"
-    out = [TraceCollective("dp.gradients", reduce, float(dp.grad_bytes[0]), config.dp, nodes,
-                           float(dp.reduce_s[0])),
-           TraceCollective("dp.last_bucket", reduce, float(dp.bucket_bytes[0]), config.dp,
-                           nodes, float(dp.bucket_s[0]))]
-    if int(ph.sharding.zero[0]) >= 1:
-        out.append(TraceCollective("dp.parameters", "allgather", float(dp.gather_bytes[0]),
-                                   config.dp, nodes, float(dp.gather_s[0])))
+    out = []
+    if config.dp > 1:
+        nodes = int(ph.groups.dp_nodes[0])
+        reduce = "allreduce" if bool(dp.reduce_collective[0]) else "reducescatter"
+        grads, bucket = float(dp.grad_bytes[0]), float(dp.bucket_bytes[0])
+        out += [TraceCollective("dp.gradients", reduce, grads, config.dp, nodes,
+                                float(dp.reduce_s[0])),
+                # Megatron's DDP buckets: the last one is reduced after the backward
+                TraceCollective("dp.bucket", reduce, bucket, config.dp, nodes,
+                                float(dp.bucket_s[0]), int(np.ceil(grads / bucket))),
+                ]
+        if int(ph.sharding.zero[0]) >= 1:
+            out.append(TraceCollective("dp.parameters", "allgather", float(dp.gather_bytes[0]),
+                                       config.dp, nodes, float(dp.gather_s[0])))
+    if tied and config.pp > 1:
+        # the tied word embedding's gradient, all-reduced between the first and the last stage
+        prec = np.array([PRECISIONS.index(config.precision)])
+        wire = float(grad_wire_bytes(ph.framework, prec)[0])
+        nbytes = float(ph.shard.vocab[0] * ph.shard.hidden / ph.shard.tp[0] * wire)
+        out.append(TraceCollective("embedding.sync", "allreduce", nbytes, 2,
+                                   2 if bool(ph.groups.pp_crosses_nodes[0]) else 1,
+                                   float(dp.embedding_sync_s[0])))
     return out
 
 
@@ -160,4 +173,5 @@ def trace(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     ph = run_phases(model, cluster, training, ConfigBatch.from_configs([config]),
                     efficiency=efficiency, framework=framework)
     return Trace(config, tuple(_layer_ops(ph, config) + _pipeline_ops(ph, config)),
-                 tuple(_dp_collectives(ph, config)), tuple(_stages(ph)), ph.scores.row(0))
+                 tuple(_dp_collectives(ph, config, model.tied_embeddings)), tuple(_stages(ph)),
+                 ph.scores.row(0))

@@ -101,3 +101,19 @@ def test_trace_layer_rows_add_up_to_the_layer_passes(problem):
         assert sum(o.count * o.time_s for o in rows) == pytest.approx(want, rel=1e-12)
     gemms = [o for o in tr.ops if o.kind == "gemm" and o.pass_ == FORWARD and o.block == "layer"]
     assert all(o.flops > 0 and o.nbytes > 0 for o in gemms)
+
+
+def test_trace_lists_the_ddp_buckets_and_the_tied_embedding_sync():
+    from costmodel.data_parallel import DDP_BUCKET_ELEMENTS
+
+    pr = resolve_problem(model="gpt3-175b", gpus=96, global_batch_size=1536)
+    assert pr.model.tied_embeddings
+    config = ParallelConfig(tp=8, pp=6, dp=2, recompute="full", sequence_parallel=True)
+    tr = trace(pr.model, pr.cluster, pr.training, config)
+    grads = next(c for c in tr.data_parallel if c.name == "dp.gradients")
+    bucket = next(c for c in tr.data_parallel if c.name == "dp.bucket")
+    assert bucket.nbytes == DDP_BUCKET_ELEMENTS * 4.0  # max(40M, 1M x dp) fp32 elements
+    assert bucket.count == -(-grads.nbytes // bucket.nbytes)
+    sync = next(c for c in tr.data_parallel if c.name == "embedding.sync")
+    assert sync.ranks == 2 and sync.collective == "allreduce"
+    assert sync.time_s == tr.metrics["time_breakdown_s"]["embedding_sync"] > 0
