@@ -273,9 +273,11 @@ def parse_nccl_tests(text: str, **kw: Any) -> list[NcclMeasurement]:
 def load_nccl_tests(path: str | Path, **kw: Any) -> list[NcclMeasurement]:
     """Read a saved nccl-tests output file; the collective defaults to the one in the file,
     else the file name (``all_reduce_perf.txt``)."""
+    from costmodel.safe_io import MAX_LOG_BYTES, read_input_bytes
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
+    try:  # a regular file of at most MAX_LOG_BYTES: no FIFO, no /dev/zero
+        text = read_input_bytes(p, "nccl_tests", max_bytes=MAX_LOG_BYTES).decode("utf-8")
     except OSError as exc:
         raise InputError("nccl_tests", f"cannot read {str(p)!r}: {exc.strerror}") from None
     except UnicodeDecodeError:
