@@ -74,7 +74,7 @@ def optimize(model: Any, gpus: int | None = None, *, cluster: Any = None,
              gpu: str = "a100-sxm-80gb", gpus_per_node: int = 8,
              seq_length: int | None = None, global_batch_size: int | None = None,
              training: TrainingSpec | Mapping | None = None,
-             memory_limit_gib: float | None = None, memory_fraction: float = 0.9,
+             memory_limit_gib: float | None = None, memory_fraction: float | None = None,
              sampler: str = "auto", trials: int = 300, seed: int = 0, jobs: int = 1,
              batch_size: int = 32, space: Mapping[str, Any] | None = None,
              allow_cross_node_tp: bool = False, storage: str | None = None,
@@ -155,7 +155,7 @@ def _infeasible(problem: Problem, outcome, stats) -> InfeasibleError:
 
 # ---------------------------------------------------------------------------------------------
 def evaluate(run: Any, *, memory_limit_gib: float | None = None,
-             memory_fraction: float = 0.9) -> EvaluateResult:
+             memory_fraction: float | None = None) -> EvaluateResult:
     """Score ONE configuration (a Run mapping or a path to a run file), full breakdown."""
     from costmodel import loaders
     from costmodel.model import score

@@ -120,10 +120,12 @@ def _run(argv: Sequence[str]) -> int:
         return _tuner_csv(args)
     if args.save_cluster and not args.nccl_tests:
         raise InputError("--save-cluster", "needs --nccl-tests FILE (the measurements to fit)")
-    if args.gpus is not None and args.gpus < 1:
-        raise InputError("--gpus", f"must be >= 1, got {args.gpus}")
-    if args.gpus_per_node < 1:
-        raise InputError("--gpus-per-node", f"must be >= 1, got {args.gpus_per_node}")
+    from costmodel import limits
+
+    if args.gpus is not None:
+        limits.check_count("--gpus", args.gpus, maximum=limits.MAX_GPUS)
+    limits.check_count("--gpus-per-node", args.gpus_per_node,
+                       maximum=limits.MAX_GPUS_PER_NODE)
     per_node = _per_node(args)
 
     measurements = []

@@ -60,8 +60,11 @@ def main_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp-comm-overlap", action="store_true",
                    help="Megatron-Core --tp-comm-overlap: TP collectives overlap GEMMs "
                         "(with sequence parallelism)")
-    p.add_argument("--memory-limit-gib", type=float)
-    p.add_argument("--memory-fraction", type=float, default=0.9)
+    p.add_argument("--memory-limit-gib", type=float,
+                   help="per-GPU memory limit in GiB, at most the GPU's memory")
+    p.add_argument("--memory-fraction", type=float,
+                   help="per-GPU limit as a fraction of the GPU's memory (default 0.9); "
+                        "not together with --memory-limit-gib")
     p.add_argument("--sampler", default="auto",
                    help="auto | exhaustive | tpe | nsga2 | random")
     p.add_argument("--trials", type=int, default=300)

@@ -103,7 +103,8 @@ class StudyFile:
             return resolve_problem(model=self.model, cluster=self.cluster,
                                    training=self.training,
                                    memory_limit_gib=self.memory_limit_gib,
-                                   memory_fraction=self.memory_fraction,
+                                   memory_fraction=(None if self.memory_limit_gib is not None
+                                                    else self.memory_fraction),
                                    allow_cross_node_tp=self.allow_cross_node_tp)
         except InputError as e:
             raise _prefixed(e, "study.constraints.") from None
@@ -228,6 +229,10 @@ def _search(raw: dict[str, Any]) -> dict[str, Any]:
     out["trials"] = _int("study.search.trials", out["trials"], minimum=1)
     out["seed"] = _int("study.search.seed", out["seed"])
     out["batch_size"] = _int("study.search.batch_size", out["batch_size"], minimum=1)
+    from optimizer.search.engine import check_settings
+
+    check_settings(sampler=out["sampler"], trials=out["trials"], seed=out["seed"],
+                   batch_size=out["batch_size"], prefix="study.search.")
     if not isinstance(out["allow_cross_node_tp"], bool):
         raise InputError("study.search.allow_cross_node_tp",
                          f"must be true or false, got {_short(out['allow_cross_node_tp'])}")
@@ -448,7 +453,13 @@ def run_study(study: StudyFile, *, storage_override: str | None = None,
     """
     from optimizer import search
     from optimizer.api import finish
-    from optimizer.storage import load_result, open_storage, open_study, save_result
+    from optimizer.storage import (
+        load_result,
+        open_storage,
+        open_study,
+        save_result,
+        study_exists,
+    )
 
     storage_spec = storage_override or study.storage
     study_name = study_name_override or study.study_name
@@ -461,6 +472,7 @@ def run_study(study: StudyFile, *, storage_override: str | None = None,
         section = _study_section(study, study_name)
         attrs = {"fingerprint": problem.fingerprint(), STUDY_ATTR: section,
                  "versions": _versions()}
+        existed = study_exists(storage, study_name)
         handle = open_study(storage, study_name, None, attrs)
     recorded = handle.user_attrs.get(STUDY_ATTR)
     if isinstance(recorded, Mapping) and recorded.get("definition_sha256") != study.fingerprint:
@@ -477,6 +489,8 @@ def run_study(study: StudyFile, *, storage_override: str | None = None,
                                  batch_size=study.batch_size, storage=storage_spec,
                                  study_name=study_name, progress=progress)
         except InputError as e:
+            if not existed:  # leave no half-made study that would refuse the fixed file
+                _forget_new_study(storage, study_name)
             if e.field in SEARCH_KEYS:
                 raise _prefixed(e, "study.search.") from None
             if e.field == "space":
@@ -492,6 +506,21 @@ def run_study(study: StudyFile, *, storage_override: str | None = None,
     doc["study"] = section
     save_result(handle, doc)
     return doc
+
+
+def _forget_new_study(storage, study_name: str) -> None:
+    """Delete the study this run created when the search refused its input before any trial
+    was finished, so the corrected study file is not refused as "a different definition"."""
+    import optuna
+
+    from optimizer.storage import count_finished
+
+    try:
+        handle = optuna.load_study(study_name=study_name, storage=storage)
+        if count_finished(handle) == 0 and not handle.get_trials(deepcopy=False):
+            optuna.delete_study(study_name=study_name, storage=storage)
+    except Exception:  # best effort: the original error is the one to report
+        pass
 
 
 @contextmanager
