@@ -141,10 +141,7 @@ def test_stored_document_cannot_inject(tmp_path):
     doc = optimize("7b", 8).to_dict()
     doc["inputs"]["model"]["name"] = f"evil\ntouch {marker}"
     doc["inputs"]["cluster"]["name"] = f"c\r\ntouch {marker}"
-    try:
-        from optimizer.launch.files import emit_for_doc
-    except ImportError:  # before the sub-package move
-        from optimizer.launch_files import emit_for_doc
+    from optimizer.launch.files import emit_for_doc
     script = emit_for_doc(doc, "slurm")
     _execute(script, tmp_path)
     assert not marker.exists()

@@ -89,9 +89,16 @@ def _dead_pid() -> int:
 def test_storage_kinds_and_objects(tmp_path):
     assert isinstance(st.open_storage(None), InMemoryStorage)
     db = tmp_path / "sub" / "x.db"
+    with pytest.raises(InputError, match="does not exist"):  # folders are never created
+        st.open_storage(f"sqlite:///{db}")
+    assert not db.parent.exists()
+    db.parent.mkdir()
     assert isinstance(st.open_storage(f"sqlite:///{db}"), RDBStorage)
-    assert db.exists()  # parent directory created
+    assert db.exists()
     journal = tmp_path / "deeper" / "dir" / "s.journal"
+    with pytest.raises(InputError, match="does not exist"):
+        st.open_storage(str(journal))
+    journal.parent.mkdir(parents=True)
     assert isinstance(st.open_storage(str(journal)), JournalStorage)
     assert journal.exists()
     assert st.storage_kind("postgresql+psycopg2://u@h/db") == "rdb"

@@ -75,6 +75,8 @@ def main_parser() -> argparse.ArgumentParser:
     p.add_argument("--storage", help="Optuna storage URL or journal file path")
     p.add_argument("--study-name")
     p.add_argument("--study", help="run (or resume) a study file")
+    p.add_argument("--allow-external-storage", action="store_true",
+                   help="with --study: accept a storage path outside the study file's folder")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.add_argument("--plot", metavar="PNG", help="write the Pareto plot (needs matplotlib)")
     p.add_argument("--emit", choices=("slurm", "k8s"),

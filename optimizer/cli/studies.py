@@ -40,10 +40,14 @@ def _progress(args: argparse.Namespace) -> bool:
 def cli_run(args: argparse.Namespace) -> int:
     """``optimize --study FILE [--json] [--storage URL --study-name N] [--plot PNG]``."""
     _check_no_definition_flags(args)
-    study = load_study_file(args.study)
-    doc = run_study(study, storage_override=getattr(args, "storage", None),
-                    study_name_override=getattr(args, "study_name", None),
-                    jobs=getattr(args, "jobs", 1) or 1, progress=_progress(args))
+    study = load_study_file(args.study,
+                            allow_external_storage=getattr(args, "allow_external_storage", False))
+    from optimizer.storage import storage_errors
+
+    with storage_errors(getattr(args, "storage", None) or study.storage):
+        doc = run_study(study, storage_override=getattr(args, "storage", None),
+                        study_name_override=getattr(args, "study_name", None),
+                        jobs=getattr(args, "jobs", 1) or 1, progress=_progress(args))
     return output_result(doc, args)
 
 
@@ -57,8 +61,13 @@ def cli_report(argv: Sequence[str]) -> int:
     p.add_argument("--plot", metavar="PNG", help="write the Pareto plot (needs matplotlib)")
     p.add_argument("--storage", help="read this Optuna storage instead of the file's")
     p.add_argument("--study-name", help="read this study instead of the file's study_name")
+    p.add_argument("--allow-external-storage", action="store_true",
+                   help="accept a study file whose storage lies outside its folder")
     args = p.parse_args(list(argv))
-    study = load_study_file(args.study)
-    doc = report_study(study, storage_override=args.storage,
-                       study_name_override=args.study_name)
+    study = load_study_file(args.study, allow_external_storage=args.allow_external_storage)
+    from optimizer.storage import storage_errors
+
+    with storage_errors(args.storage or study.storage):
+        doc = report_study(study, storage_override=args.storage,
+                           study_name_override=args.study_name)
     return output_result(doc, argparse.Namespace(json=args.json, plot=args.plot, emit=None))

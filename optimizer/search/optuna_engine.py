@@ -339,6 +339,17 @@ def run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: st
     ``valid`` (optional) is ``enumerate_valid(ctx, sp)`` when the caller already has it.
     ``user_attrs`` are extra study attributes recorded when the study is created.
     """
+    with st.storage_errors(storage):
+        return _run(problem, ctx, sp, valid_count=valid_count, sampler=sampler,
+                    requested=requested, trials=trials, seed=seed, batch_size=batch_size,
+                    storage=storage, study_name=study_name, progress=progress,
+                    user_attrs=user_attrs, valid=valid)
+
+
+def _run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: str,
+         requested: str, trials: int, seed: int, batch_size: int, storage: str | None,
+         study_name: str | None, progress: bool, user_attrs: Mapping[str, Any] | None = None,
+         valid: ConfigBatch | None = None) -> SearchOutcome:
     if sampler not in SAMPLER_NAMES:
         raise InputError("sampler", f"unknown Optuna sampler {sampler!r}", "tpe, nsga2, random")
     if valid is None:

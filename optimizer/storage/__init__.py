@@ -20,6 +20,7 @@ from optimizer.storage.backends import (
     quiet_optuna,
     redact,
     repair_journal,
+    storage_errors,
     storage_kind,
 )
 from optimizer.storage.study import (
@@ -44,5 +45,5 @@ __all__ = [
     "begin_run", "count_finished", "end_run", "fail_dead_trials", "fail_trials",
     "finished_states", "library_versions", "load_result", "open_storage", "open_study",
     "quiet_optuna", "record_heartbeat", "redact", "repair_journal", "save_result",
-    "storage_kind", "study_exists", "worker_id",
+    "storage_errors", "storage_kind", "study_exists", "worker_id",
 ]

@@ -308,7 +308,30 @@ def _sha256(obj: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-def load_study_file(path: str | Path) -> StudyFile:
+def _check_inside(storage: str, base_dir: Path, allow_external: bool) -> str:
+    """A study file's journal or SQLite file must lie in the study file's folder (or below):
+    a shared or downloaded study file must not make paraplan write elsewhere (``../..``,
+    ``/etc``) unless the user says so (``--allow-external-storage``)."""
+    if allow_external:
+        return storage
+    if "://" in storage:
+        if not storage.startswith("sqlite:///"):
+            return storage  # a database server: nothing is written on this machine's disk
+        rest = storage[len("sqlite:///"):]
+        if not rest or rest == ":memory:":
+            return storage
+        target = Path(rest)
+    else:
+        target = Path(storage)
+    base = base_dir.resolve()
+    if not target.resolve().is_relative_to(base):
+        raise InputError("study.storage", f"{target} is outside the study file's folder "
+                         f"{base}", "keep the storage beside the study file, give --storage "
+                         "on the command line, or pass --allow-external-storage")
+    return storage
+
+
+def load_study_file(path: str | Path, *, allow_external_storage: bool = False) -> StudyFile:
     """Read, validate and resolve a study file (raises InputError naming ``study.<field>``).
 
     The file is only read (never written). YAML is parsed with safe-load semantics and
@@ -373,7 +396,8 @@ def load_study_file(path: str | Path) -> StudyFile:
     if storage_raw is None:
         storage = str(p.resolve().with_suffix(JOURNAL_SUFFIX))
     else:
-        storage = resolve_storage(_text("study.storage", storage_raw), base_dir)
+        storage = _check_inside(resolve_storage(_text("study.storage", storage_raw), base_dir),
+                                base_dir, allow_external_storage)
     study_name = name if data.get("study_name") is None else \
         _text("study.study_name", data["study_name"])
 
@@ -552,7 +576,7 @@ def report_study(study: StudyFile, *, storage_override: str | None = None,
     study_name = study_name_override or study.study_name
     if _missing_local_storage(storage_spec):
         raise InputError("study", NOT_RUN_MESSAGE, f"storage {storage_spec} does not exist")
-    doc = load_result(open_storage(storage_spec), study_name)
+    doc = load_result(open_storage(storage_spec, read_only=True), study_name)  # never writes
     if doc is None:
         raise InputError("study", NOT_RUN_MESSAGE,
                          f"study {study_name!r} in {_redact(storage_spec)}")
