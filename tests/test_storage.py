@@ -57,7 +57,9 @@ def _run(p, storage, name, trials, **kw):
 def _states(storage, name):
     study = optuna.load_study(study_name=name, storage=st.open_storage(storage)
                               if isinstance(storage, str) else storage)
-    return [t.state for t in study.get_trials()], study
+    # trials tagged counted: false (a repeated configuration, or asked beyond the budget by a
+    # concurrent worker) are told but do not count against --trials
+    return [t.state for t in study.get_trials() if st.is_counted(t)], study
 
 
 def _finished(states):

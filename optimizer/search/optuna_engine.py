@@ -44,7 +44,6 @@ study share the seed, and their first batches repeat each other (cached, not re-
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -377,9 +376,18 @@ def _run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: s
     n_before = len(study.get_trials(deepcopy=False))
     joined = n_before > 0
     if joined:  # resuming, or a late worker: do not replay the first run's random stream
-        sampler_seed = int(np.random.SeedSequence([seed, n_before, os.getpid()])
-                           .generate_state(1)[0])
+        sampler_seed = worker_seed(seed, n_before)
         study.sampler, _ = make_sampler(sampler, sampler_seed, trials)
+
+    def reseed(first_number: int) -> None:
+        """After this worker's first ``ask``: its identity is that trial's number (unique:
+        Optuna numbers trials under a lock), so workers that started together on an empty
+        study get distinct sampler streams; a lone process (first trial 0) keeps ``seed``."""
+        nonlocal sampler_seed
+        new = seed if first_number == 0 else worker_seed(seed, first_number)
+        if new != sampler_seed:
+            sampler_seed = new
+            study.sampler, _ = make_sampler(sampler, sampler_seed, trials)
 
     limit = float(problem.memory_limit_bytes)
     scored = _Scored.empty()
@@ -387,8 +395,9 @@ def _run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: s
     token = st.begin_run()
     bar = _Progress(progress, trials, "trials")
     try:
-        _loop(study, enc, problem, scored, kind=kind, trials=trials, batch_size=batch_size,
-              limit=limit, me=st.worker_id(token), bar=bar, polish=polish)
+        _loop(study, enc, problem, scored, kind=kind, trials=min(trials, int(valid_count)),
+              batch_size=batch_size, limit=limit, me=st.worker_id(token), bar=bar,
+              polish=polish, reseed=reseed, fill_seed=lambda: sampler_seed)
     finally:
         bar.close()
         st.end_run(token)
@@ -416,6 +425,12 @@ def _run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: s
     return SearchOutcome(batch, scores, len(unique), int(valid_count), sampler, info)
 
 
+def worker_seed(seed: int, identity: int) -> int:
+    """The sampler seed of the worker whose first trial is number ``identity`` (> 0): derived
+    from the study seed and that number, the same on every machine and every resume."""
+    return int(np.random.SeedSequence([seed, identity]).generate_state(1)[0])
+
+
 def _study_rows(study, enc: Encoding) -> list[int]:
     """The distinct valid configurations of the study's COMPLETE trials, in trial order."""
     from optuna.trial import TrialState
@@ -436,15 +451,31 @@ def _take_scores(scores, index: np.ndarray):
 
 
 def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: int,
-          batch_size: int, limit: float, me: str, bar: _Progress, polish: float) -> None:
+          batch_size: int, limit: float, me: str, bar: _Progress, polish: float,
+          reseed: Callable[[int], None] = lambda n: None,
+          fill_seed: Callable[[], int] = lambda: 0) -> None:
+    """Ask, score and tell batches until the study holds ``trials`` counted finished trials.
+
+    A trial whose configuration a lower-numbered trial already claimed (scored, or being
+    scored by another worker) is a duplicate, and one asked beyond the budget by concurrent
+    workers is over budget: both are scored (from the cache) and told with their real values,
+    tagged ``counted: false`` (:data:`optimizer.storage.COUNTED_ATTR`), so they never consume
+    the budget and none is left FAIL. When a whole batch brings nothing new (the sampler keeps
+    proposing known configurations), the next batch is seeded with unscored configurations
+    drawn at random (deterministically) so the search always progresses.
+    """
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
     shared = kind != "memory"
     polish_from = trials - int(round(polish * trials))
+    rows_of: dict[int, int | None] = {}  # trial number -> configuration (finished trials)
+    first = True
+    stale = 0
     while True:
         everything = study.get_trials(deepcopy=False)
-        finished = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in everything)
+        finished = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) and st.is_counted(t)
+                       for t in everything)
         running = sum(t.state == TrialState.RUNNING for t in everything)
         bar.update(min(finished, trials), scored.feasible(limit))
         if finished >= trials:
@@ -454,12 +485,15 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
             time.sleep(POLL_S)
             st.fail_dead_trials(study, kind, at_startup=False)
             continue
+        waiting = {enc.decode(t.system_attrs.get("fixed_params", {})) for t in everything
+                   if t.state == TrialState.WAITING}
         if finished >= polish_from:
-            waiting = {enc.decode(t.system_attrs.get("fixed_params", {})) for t in everything
-                       if t.state == TrialState.WAITING}
-            n_wait = len(waiting)
-            for row in polish_candidates(enc, scored, limit, max(0, k - n_wait), waiting):
+            for row in polish_candidates(enc, scored, limit, max(0, k - len(waiting)), waiting):
                 study.enqueue_trial(enc.params_for(row), user_attrs={"origin": "polish"})
+                waiting.add(row)
+        if stale:
+            for row in _unscored(enc, scored, waiting, k, fill_seed() + len(everything)):
+                study.enqueue_trial(enc.params_for(row), user_attrs={"origin": "fill"})
 
         # 1. ask k trials from the seeded sampler, in order, and decode them
         batch: list[tuple[Any, int]] = []
@@ -467,6 +501,9 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
             with warnings.catch_warnings():  # "Heartbeat ... supposed to be used with optimize"
                 warnings.simplefilter("ignore", UserWarning)
                 trial = study.ask()
+            if first:
+                reseed(trial.number)
+                first = False
 
             def choose(name: str, choices: tuple[Any, ...], trial=trial) -> Any:
                 return trial.suggest_categorical(name, list(choices))
@@ -482,16 +519,24 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
                 # start-up): FAIL, not counted; the next round asks again
                 continue
 
-        # 2. concurrent workers: drop trials beyond the budget (by trial number)
+        # 2. duplicates, and (concurrent workers) trials beyond the budget: not counted
+        counted, extra = _claim(study, enc, batch, rows_of)
         if shared:
-            batch = _within_budget(study, batch, trials)
+            counted, over = _within_budget(study, counted, trials)
+            extra += over
+        for trial, _row in extra:
+            try:
+                trial.set_user_attr(st.COUNTED_ATTR, False)
+            except UpdateFinishedTrialError:
+                pass
+        stale = 0 if counted else stale + 1
 
         # 3. score the configurations not seen before, in one vectorised call
         new = list(dict.fromkeys(r for _, r in batch if r not in scored.position))
         scored.add(problem, enc.valid, new)
 
-        # 4. tell in trial order
-        for trial, row in batch:
+        # 4. tell in trial order (every trial: the sampler learns from each)
+        for trial, row in sorted(batch, key=lambda x: x[0].number):
             tps, peak = scored.values(row)
             try:
                 if not np.isfinite(peak):
@@ -501,6 +546,47 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
                 study.tell(trial, [tps, peak])
             except UpdateFinishedTrialError:
                 pass  # another process failed it (it thought the owner dead): not counted
+
+
+def _claim(study, enc: Encoding, batch: list[tuple[Any, int]], rows_of: dict[int, int | None]
+           ) -> tuple[list[tuple[Any, int]], list[tuple[Any, int]]]:
+    """Split ``batch`` into (counted, duplicates): a trial is a duplicate when a trial with a
+    lower number, finished and counted or still running, names the same configuration."""
+    from optuna.trial import TrialState
+
+    mine = {t.number for t, _ in batch}
+    owner: dict[int, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.number in mine or t.state in (TrialState.FAIL, TrialState.WAITING) \
+                or not st.is_counted(t):
+            continue
+        if t.number in rows_of:
+            row = rows_of[t.number]
+        else:
+            row = enc.decode(t.params)  # a running trial's params may be incomplete: None
+            if t.state != TrialState.RUNNING:
+                rows_of[t.number] = row
+        if row is not None and owner.get(row, t.number) >= t.number:
+            owner[row] = t.number
+    counted, dup = [], []
+    for trial, row in sorted(batch, key=lambda x: x[0].number):
+        if owner.get(row, trial.number) < trial.number:
+            dup.append((trial, row))
+        else:
+            owner[row] = trial.number
+            counted.append((trial, row))
+    return counted, dup
+
+
+def _unscored(enc: Encoding, scored: _Scored, exclude: set, k: int, seed: int) -> list[int]:
+    """Up to ``k`` valid configurations not scored yet, drawn at random from ``seed``."""
+    taken = set(scored.position) | {r for r in exclude if r is not None}
+    free = np.setdiff1d(np.arange(len(enc.valid)), np.fromiter(taken, dtype=np.int64,
+                                                                count=len(taken)))
+    if len(free) == 0:
+        return []
+    rng = np.random.default_rng(seed)
+    return [int(r) for r in rng.choice(free, size=min(k, len(free)), replace=False)]
 
 
 def polish_candidates(enc: Encoding, scored: _Scored, limit: float, k: int,
@@ -552,8 +638,9 @@ def polish_candidates(enc: Encoding, scored: _Scored, limit: float, k: int,
 
 
 def _within_budget(study, batch: list[tuple[Any, int]], trials: int
-                   ) -> list[tuple[Any, int]]:
-    """Keep the trials whose predecessors leave room in the budget; fail the others.
+                   ) -> tuple[list[tuple[Any, int]], list[tuple[Any, int]]]:
+    """Split ``batch`` into (kept, over budget): a trial is kept when its predecessors leave
+    room in the budget. Over-budget trials are not failed: the caller tells them, uncounted.
 
     Optuna numbers trials in creation order under a lock (RDB: the study row is locked;
     journal: log order), so every trial numbered below one of ours is visible now. A trial is
@@ -565,14 +652,12 @@ def _within_budget(study, batch: list[tuple[Any, int]], trials: int
 
     mine = {t.number for t, _ in batch}
     claims = sorted(t.number for t in study.get_trials(deepcopy=False)
-                    if t.state != TrialState.FAIL and t.number not in mine)
+                    if t.state != TrialState.FAIL and st.is_counted(t) and t.number not in mine)
     keep, drop = [], []
     for trial, row in sorted(batch, key=lambda x: x[0].number):
         before = int(np.searchsorted(claims, trial.number)) + len(keep)
         (keep if before < trials else drop).append((trial, row))
-    if drop:
-        st.fail_trials(study, [t for t, _ in drop])
-    return keep
+    return keep, drop
 
 
 __all__ = ["Encoding", "PARAM_ORDER", "make_sampler", "param_name", "run"]

@@ -118,9 +118,21 @@ def finished_states():
     return (TrialState.COMPLETE, TrialState.PRUNED)
 
 
+#: Trial user attribute: ``False`` on a trial that does not count against ``--trials`` (a
+#: configuration the study had already scored, or one asked beyond the budget by a concurrent
+#: worker). Such trials are told with their real values (the sampler learns from them), so
+#: none is left FAIL; the search counts the others.
+COUNTED_ATTR = "counted"
+
+
+def is_counted(trial) -> bool:
+    return trial.user_attrs.get(COUNTED_ATTR, True) is not False
+
+
 def count_finished(study) -> int:
-    """COMPLETE + PRUNED trials of the study (what ``--trials`` counts)."""
-    return len(study.get_trials(deepcopy=False, states=finished_states()))
+    """COMPLETE + PRUNED trials of the study that count (what ``--trials`` counts)."""
+    return sum(is_counted(t) for t in study.get_trials(deepcopy=False,
+                                                        states=finished_states()))
 
 
 # ---------------------------------------------------------------------------------------------
