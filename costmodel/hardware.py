@@ -272,6 +272,7 @@ class _Preset:
     inter: InterNodeSpec
     description: str
     source: str
+    gpus_per_domain: int | None = None  # NVLink domain across hosts (NVL72: 72); None: a host
 
 
 _DGX_A100_SRC = ("NVIDIA DGX A100 datasheet https://www.nvidia.com/en-us/data-center/dgx-a100/ "
@@ -349,13 +350,15 @@ def is_cluster_preset(name: object) -> bool:
 def get_cluster_preset(name: str, num_nodes: int = 1, *,
                        gpus_per_node: int | None = None) -> ClusterSpec:
     """A preset's cluster of ``num_nodes`` nodes (``gpus_per_node`` < the preset's count
-    describes a partially used node)."""
+    describes a partially used node, which is then its own NVLink domain)."""
     p = _preset(name)
     gpu = get_gpu(p.gpu)
     per_node = p.gpus_per_node if gpus_per_node is None else gpus_per_node
+    domain = p.gpus_per_domain if per_node == p.gpus_per_node else None
     return ClusterSpec(name=f"{num_nodes}x-{p.name}" if isinstance(num_nodes, int) else p.name,
                        num_nodes=num_nodes, gpus_per_node=per_node, gpu=gpu,
-                       intra_node=p.intra(gpu), inter_node=p.inter, source=p.source)
+                       intra_node=p.intra(gpu), inter_node=p.inter, source=p.source,
+                       gpus_per_domain=domain)
 
 
 def default_node_fabric(gpu: GPUSpec) -> tuple[IntraNodeSpec, InterNodeSpec]:

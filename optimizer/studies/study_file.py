@@ -482,7 +482,6 @@ def run_study(study: StudyFile, *, storage_override: str | None = None,
         open_storage,
         open_study,
         save_result,
-        study_exists,
     )
 
     storage_spec = storage_override or study.storage
@@ -496,7 +495,9 @@ def run_study(study: StudyFile, *, storage_override: str | None = None,
         section = _study_section(study, study_name)
         attrs = {"fingerprint": problem.fingerprint(), STUDY_ATTR: section,
                  "versions": _versions()}
-        existed = study_exists(storage, study_name)
+        import optuna
+
+        existed = study_name in optuna.get_all_study_names(storage=storage)
         handle = open_study(storage, study_name, None, attrs)
     recorded = handle.user_attrs.get(STUDY_ATTR)
     if isinstance(recorded, Mapping) and recorded.get("definition_sha256") != study.fingerprint:
