@@ -11,6 +11,7 @@ is docs/limits.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from costmodel.errors import InputError
@@ -103,6 +104,14 @@ def check_problem_inputs(model: Any, cluster: Any, training: Any) -> None:
         _over("cluster.gpu.peak_tflops", flops / 1e12)
     if cluster.intra_node is not None:
         _over("cluster.intra_node.bandwidth_GBps", cluster.intra_node.bandwidth_bytes_per_s / GB)
+    graph = getattr(cluster, "graph_data", None)
+    if isinstance(graph, Mapping):
+        edges = graph.get("edges", graph.get("links")) or ()
+        for i, e in enumerate(edges if isinstance(edges, list | tuple) else ()):
+            bw = e.get("bandwidth_bytes_per_s") if isinstance(e, Mapping) else None
+            if isinstance(bw, int | float) and not (math.isfinite(bw) and bw <= 1e13):
+                raise InputError(f"cluster.edges[{i}].bandwidth_bytes_per_s",
+                                 f"{bw:g} B/s is beyond any link", "at most 1e13 (10 TB/s)")
     if cluster.inter_node is not None:
         _over("cluster.inter_node.nics_per_node", cluster.inter_node.nics_per_node)
         _over("cluster.inter_node.nic_bandwidth_Gbps",

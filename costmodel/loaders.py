@@ -248,9 +248,10 @@ def read_document(path: str | Path, *, field: str) -> Any:
         raise InputError(field, f"{p} is a binary file", "expected a YAML or JSON file")
     if not text.strip():
         raise InputError(field, f"{p} is empty")
-    return safe_io.check_document(parse_document(text, field=field, source=str(p),
-                                                 json_only=p.suffix.lower() == ".json"),
-                                  field, str(p))
+    with safe_io.parse_errors(field, str(p)):
+        doc = parse_document(text, field=field, source=str(p),
+                             json_only=p.suffix.lower() == ".json")
+    return safe_io.check_document(doc, field, str(p))
 
 
 def _mapping(field: str, value: Any, what: str = "a mapping") -> dict[str, Any]:

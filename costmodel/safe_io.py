@@ -13,7 +13,7 @@ character (C0, DEL, C1, Unicode line/paragraph separators): names are written in
 generated scripts, comments and terminal output, where a newline or an escape sequence
 would be a command or a screen rewrite.
 
-Limits (documented in docs/limits.md): input files 16 MiB (nccl-tests logs 64 MiB), 200,000
+Limits (documented in docs/limits.md): input files 16 MiB (nccl-tests logs 4 MiB), 200,000
 values per document, 4,096 characters per string.
 """
 
@@ -36,7 +36,7 @@ __all__ = ["MAX_DOCUMENT_BYTES", "MAX_LOG_BYTES", "MAX_DOCUMENT_VALUES", "MAX_ST
            "read_input_bytes", "strict_yaml_loader"]
 
 MAX_DOCUMENT_BYTES = 16 * 2**20
-MAX_LOG_BYTES = 64 * 2**20
+MAX_LOG_BYTES = 4 * 2**20
 MAX_DOCUMENT_VALUES = 200_000
 MAX_STRING_CHARS = 4096
 #: Keys whose values are prose (never written into a script or a name): line breaks allowed.
@@ -140,8 +140,8 @@ def check_document(doc: Any, field: str, source: str) -> dict[str, Any]:
     if not isinstance(doc, Mapping):
         kind = "a list" if isinstance(doc, list) else \
             "a single value" if not isinstance(doc, dict) else type(doc).__name__
-        raise InputError(field, f"{source} is not a YAML/JSON mapping (its top level is "
-                         f"{kind})", "expected a document of 'key: value' lines")
+        raise InputError(field, f"{source} must be a mapping (a YAML/JSON document of "
+                         f"'key: value' lines); its top level is {kind}")
     expanded = _expanded_size(doc)
     if expanded > MAX_DOCUMENT_VALUES:
         raise InputError(field, f"{source} holds more than {MAX_DOCUMENT_VALUES:,} values",
@@ -168,6 +168,7 @@ def check_document(doc: Any, field: str, source: str) -> dict[str, Any]:
             else:
                 for i, v in enumerate(value):
                     stack.append((f"{where}[{i}]", v))
+    check_synonyms(doc, field)
     return dict(doc)
 
 
@@ -188,6 +189,40 @@ def _expanded_size(doc: Any) -> int:
         stack.append((node, True))
         stack.extend((k, False) for k in kids if isinstance(k, Mapping | list | tuple))
     return memo.get(id(doc), 1)
+
+
+#: Spellings of one model quantity (contract keys and Hugging Face keys): a document that
+#: gives two of them with different values is ambiguous (which one would be used?).
+SYNONYMS: tuple[tuple[str, ...], ...] = (
+    ("num_layers", "num_hidden_layers", "n_layer", "n_layers", "num_layer"),
+    ("hidden_size", "n_embd", "d_model"),
+    ("num_attention_heads", "n_head", "num_heads"),
+    ("ffn_hidden_size", "intermediate_size", "n_inner"),
+    ("num_kv_heads", "num_key_value_heads"),
+)
+
+
+def check_synonyms(doc: Mapping[str, Any], field: str) -> None:
+    """Refuse a top-level mapping that gives one quantity under two names with two values."""
+    for names in SYNONYMS:
+        given = [(n, doc[n]) for n in names if doc.get(n) is not None]
+        if len({repr(v) for _, v in given}) > 1:
+            shown = ", ".join(f"{n}={printable(repr(v), 30)}" for n, v in given)
+            raise InputError(f"{field}.{given[1][0]}", f"conflicts with {given[0][0]} "
+                             f"({shown})", "give the value once")
+
+
+@contextlib.contextmanager
+def parse_errors(field: str, source: str):
+    """Any ValueError/OverflowError a parser raises on hostile text (e.g. a 5,000-digit
+    integer beyond Python's int-conversion limit) becomes InputError(field)."""
+    try:
+        yield
+    except InputError:
+        raise
+    except (ValueError, OverflowError, RecursionError, MemoryError) as e:
+        raise InputError(field, f"{source}: cannot be read ({type(e).__name__}: "
+                         f"{printable(str(e), 120)})") from None
 
 
 # ---- YAML ----------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ Typed, frozen results; no printing, no ``sys.exit``. Bad input raises
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -161,6 +162,9 @@ def evaluate(run: Any, *, memory_limit_gib: float | None = None,
     from costmodel.model import score
     from search_spaces.rules import Context, explain
 
+    if not isinstance(run, Mapping | str | os.PathLike):
+        raise InputError("run", f"must be a run mapping or the path of a run file, got "
+                         f"{type(run).__name__}")
     r = loaders.load_run(run if isinstance(run, Mapping) else Path(run))
     problem = resolve_problem(model=r.model, cluster=r.cluster, training=r.training,
                               memory_limit_gib=memory_limit_gib,

@@ -285,6 +285,9 @@ def _cluster(raw: Any, base_dir: Path) -> ClusterSpec:
     if isinstance(raw, Mapping) and "gpus" in raw:
         ref = {k: v for k, v in raw.items() if k != "gpus"}
         default_gpus = _int("study.cluster.gpus", raw["gpus"], minimum=1)
+        from costmodel import limits
+
+        limits.check_count("study.cluster.gpus", default_gpus, maximum=limits.MAX_GPUS)
         if not ref:
             raise InputError("study.cluster.gpu", "missing required key",
                              "e.g. cluster: {gpus: 16, gpu: a100-sxm-80gb}")

@@ -74,7 +74,7 @@ def test_document_paths_and_shapes():
     assert e.value.field == "cluster.a.b[1]"
     with pytest.raises(InputError) as e:
         safe_io.check_document("SECRET=abcdef", "model", ".env")
-    assert "SECRET" not in str(e.value) and "mapping" in str(e.value)
+    assert "SECRET" not in str(e.value) and "must be a mapping" in str(e.value)
     with pytest.raises(InputError):
         safe_io.check_document({"bad\nkey": 1}, "model", "m.yaml")
     assert safe_io.check_document({"description": "two\nlines"}, "study", "s") \

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PG_URL = os.environ.get("PARAPLAN_TEST_POSTGRES",
                         "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 MAIN = "import sys; from optimizer.cli import main; sys.exit(main(sys.argv[1:]))"
