@@ -19,12 +19,16 @@ trials are told in order with ``(tokens_per_s, peak_memory_bytes)`` and the cons
 ``memory_over_limit = (peak - limit) / limit`` (feasible iff <= 0). Same seed, batch size,
 inputs and versions give the same study and the same front.
 
-Budget. The search ends when the study holds ``trials`` finished (COMPLETE + PRUNED) trials,
-counting trials from a previous (killed) run and from other workers sharing the study: before
-each batch a worker asks at most ``trials - finished - running``; after asking, a trial whose
-predecessors (by trial number, which Optuna assigns in creation order under a lock) already
-hold the whole budget is marked FAIL unscored, so concurrent workers never overshoot. Trials
-left RUNNING by dead processes are failed (:func:`optimizer.storage.fail_dead_trials`).
+Budget. The search ends when the study holds ``min(trials, valid configurations)`` counted
+finished (COMPLETE + PRUNED) trials, counting trials from a previous (killed) run and from
+other workers sharing the study: before each batch a worker asks at most
+``trials - finished - running``. A trial naming a configuration that a lower-numbered trial
+already claimed (a duplicate), or one whose predecessors (by trial number, which Optuna
+assigns in creation order under a lock) already hold the whole budget, is still scored (from
+the cache) and told, tagged ``counted: false`` (:data:`optimizer.storage.COUNTED_ATTR`): it
+informs the sampler, never consumes the budget, and no FAIL trial is left behind, so
+concurrent workers never overshoot. Trials left RUNNING by dead processes are failed
+(:func:`optimizer.storage.fail_dead_trials`).
 
 Polish. For TPE and NSGA-II the last :data:`POLISH_FRACTION` of the budget is a local search
 around the current front: its unscored neighbours (one or two parameters changed, nearest
@@ -35,11 +39,12 @@ steps first, :func:`polish_candidates`), recomputed every batch, are enqueued
 1245 valid configurations fit; 0.975 on 175b/1024); with the polish every seed reached it.
 Random sampling stays a pure baseline.
 
-Seeds. A fresh study uses ``seed`` as is (reproducible). A process that joins a study that
-already has trials (a resumed search, a late worker) seeds its sampler from (seed, number of
-trials, pid), so it does not replay the random stream the study already consumed (ecosystem
-1.9: distributed workers need distinct seeds). Two workers that start together on an empty
-study share the seed, and their first batches repeat each other (cached, not re-scored).
+Seeds. A worker's identity is the number of the first trial it asks (unique: Optuna numbers
+trials under a lock). A lone process on a fresh study (first trial 0) uses ``seed`` as is
+(reproducible); every other worker, including ones that start together on an empty study,
+a late worker or a resumed search, seeds its sampler from (seed, that number)
+(:func:`worker_seed`), so no two workers replay one random stream (ecosystem 1.9:
+distributed workers need distinct seeds), and a resume is reproducible.
 """
 
 from __future__ import annotations
