@@ -17,7 +17,7 @@ from typing import Any
 from costmodel.errors import InputError
 from costmodel.safe_io import check_text
 
-__all__ = ["LIMITS", "MAX_BATCH_SIZE", "MAX_GPUS", "MAX_JOBS", "MAX_SEED", "MAX_TRIALS", "check_count", "check_memory_limit",
+__all__ = ["CALIBRATION_KEYS", "LIMITS", "check_cluster", "MAX_BATCH_SIZE", "MAX_GPUS", "MAX_JOBS", "MAX_SEED", "MAX_TRIALS", "check_count", "check_memory_limit",
            "check_problem_inputs", "check_seed"]
 
 MAX_GPUS = 2**20                # GPUs in one job (the largest runs use ~10**5)
@@ -81,17 +81,39 @@ def check_memory_limit(limit_bytes: float, gpu: Any, field: str = "memory_limit_
                          "omit it; the default is memory_fraction 0.9 of the GPU's memory")
 
 
+#: The keys a cluster's ``calibration`` mapping may hold (read by
+#: costmodel.collectives.nccl_system; written by 'optimize nccl --save-cluster'), and their range.
+CALIBRATION_KEYS = ("nccl_intra_bw_scale", "nccl_inter_bw_scale", "nccl_latency_scale")
+CALIBRATION_RANGE = (1e-3, 1e3)
+
+
 def check_problem_inputs(model: Any, cluster: Any, training: Any) -> None:
     """Names (one printable line each) and sizes within :data:`LIMITS` for resolved specs."""
     check_text("model.name", str(model.name))
-    if cluster.name is not None:
-        check_text("cluster.name", str(cluster.name))
-    check_text("cluster.gpu.name", str(cluster.gpu.name))
     for key in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
                 "vocab_size"):
         _over(f"model.{key}", getattr(model, key))
     _over("training.seq_length", training.seq_length)
     _over("training.global_batch_size", training.global_batch_size)
+    check_cluster(cluster)
+
+
+def check_cluster(cluster: Any) -> None:
+    """A resolved cluster within :data:`LIMITS`, with a known calibration (a typo in a
+    calibration key would otherwise be ignored silently)."""
+    from costmodel.errors import did_you_mean
+
+    if cluster.name is not None:
+        check_text("cluster.name", str(cluster.name))
+    check_text("cluster.gpu.name", str(cluster.gpu.name))
+    for key, value in dict(cluster.calibration or {}).items():
+        if key not in CALIBRATION_KEYS:
+            raise InputError(f"cluster.calibration.{key}", "unknown key",
+                             did_you_mean(str(key), CALIBRATION_KEYS))
+        lo, hi = CALIBRATION_RANGE
+        if not (isinstance(value, int | float) and lo <= value <= hi):
+            raise InputError(f"cluster.calibration.{key}", f"{value!r} is not a plausible "
+                             f"scale", f"between {lo:g} and {hi:g} (1 = uncalibrated)")
     _over("cluster.num_nodes", cluster.num_nodes)
     _over("cluster.gpus_per_node", cluster.gpus_per_node)
     if cluster.num_nodes * cluster.gpus_per_node > MAX_GPUS:

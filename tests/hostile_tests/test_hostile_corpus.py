@@ -64,6 +64,7 @@ NCCL_LOG = """\
    134217728      33554432     float     sum      -1   2000.0   67.11  117.44      0   1990.0   67.45  118.04      0
 """
 BASE = ["--gpus", "8", "-q"]
+NCCL_BASE = ["nccl", "--collective", "allreduce", "--size", "1GiB"]
 
 
 class _Timeout(BaseException):
@@ -345,6 +346,14 @@ for key, values in {"memory_GB": [0, -1, "x", 1e9], "memory_bandwidth_GBps": [0,
         add(f"cluster-gpu-inline-{key}-{i}", key.split(".")[0].split("_")[0],
             ["--model", "7b", "-q", "--cluster", "{d}/c.yaml"],
             files=[("c.yaml", {**CLUSTER, "gpu": mutated(GPU_INLINE, key, v)})])
+for i, (k, v) in enumerate([("nccl_intra_bw_scal", 0.8), ("intra_bw_scale", 0.8),
+                            ("nccl_latency_scale", 0), ("nccl_inter_bw_scale", 1e9),
+                            ("nccl_inter_bw_scale", "x")]):
+    add(f"cluster-calibration-{i}", "calibration", ["--model", "7b", "-q", "--cluster",
+                                                    "{d}/c.yaml"],
+        files=[("c.yaml", {**CLUSTER, "calibration": {k: v}})])
+    add(f"nccl-cluster-calibration-{i}", "calibration", [*NCCL_BASE, "--cluster", "{d}/c.yaml"],
+        files=[("c.yaml", {**CLUSTER, "calibration": {k: v}})])
 add("cluster-unknown-key", "cluster.nodes", ["--model", "7b", "-q", "--cluster", "{d}/c.yaml"],
     files=[("c.yaml", {**CLUSTER, "nodes": 2})])
 add("cluster-case-typo", "cluster.intra_node.bandwidth_Gbps",
