@@ -481,6 +481,7 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
 
         # 1. ask k trials from the seeded sampler, in order, and decode them
         batch: list[tuple[Any, int]] = []
+        beat = time.monotonic()
         for _ in range(k):
             with warnings.catch_warnings():  # "Heartbeat ... supposed to be used with optimize"
                 warnings.simplefilter("ignore", UserWarning)
@@ -497,6 +498,8 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
                     st.record_heartbeat(study, trial)
                     trial.set_user_attr(st.WORKER_ATTR, me)
                 batch.append((trial, enc.walk(choose)))
+                if shared and time.monotonic() - beat > st.HEARTBEAT_INTERVAL_S / 2:
+                    beat = _beat(study, batch)  # asking a batch can outlast the grace period
             except UpdateFinishedTrialError:
                 # a worker starting on the same journal failed it while it was still untagged
                 # (storage.fail_dead_trials: untagged RUNNING trials are a killed run's at
@@ -517,7 +520,11 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
 
         # 3. score the configurations not seen before, in one vectorised call
         new = list(dict.fromkeys(r for _, r in batch if r not in scored.position))
+        if shared:
+            _beat(study, batch)
         scored.add(problem, enc.valid, new)
+        if shared:
+            _beat(study, batch)
 
         # 4. tell in trial order (every trial: the sampler learns from each)
         for trial, row in sorted(batch, key=lambda x: x[0].number):
@@ -530,6 +537,20 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
                 study.tell(trial, [tps, peak])
             except UpdateFinishedTrialError:
                 pass  # another process failed it (it thought the owner dead): not counted
+
+
+def _beat(study, batch: list[tuple[Any, int]]) -> float:
+    """Record a heartbeat for every trial of the batch (RDB storages): under load, asking
+    and scoring a batch can take longer than the grace period, and other workers would fail
+    the first trials as stale. Returns the time of the beat."""
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    for trial, _ in batch:
+        try:
+            st.record_heartbeat(study, trial)
+        except UpdateFinishedTrialError:
+            pass
+    return time.monotonic()
 
 
 def _claim(study, enc: Encoding, batch: list[tuple[Any, int]], rows_of: dict[int, int | None]
