@@ -26,6 +26,7 @@ from costmodel.dimensions import (
     searched,
 )
 from costmodel.errors import InputError, did_you_mean
+from costmodel.nccl_grammar import parse_nccl_setting
 from costmodel.specs import (
     DIMENSIONS_BY_NAME,
     PARALLEL_DIMENSIONS,
@@ -101,6 +102,9 @@ def parse_nccl(value: str, vocabulary: Sequence[str], field: str) -> tuple[NcclE
         entries.append(NcclEntry(collective, exclude, names))
     if not entries:
         raise InputError(field, f"empty value {value!r}", "use 'auto' to force nothing")
+    # the grammar is the cost model's (costmodel.nccl_grammar, NCCL's own parseList rules):
+    # a value the space admits is one the collectives model can score
+    parse_nccl_setting(value, "proto" if "simple" in vocabulary else "algo", field)
     return tuple(entries)
 
 
