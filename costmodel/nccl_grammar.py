@@ -255,6 +255,8 @@ def _parse_cached(value: str, kind: str, fld: str) -> NcclSetting:
     universe = ALGORITHMS if kind == "algo" else PROTOCOLS
     if value.strip().lower() == "auto":
         return NcclSetting(kind, ())
+    if not value.replace(";", "").strip():
+        raise InputError(fld, f"empty value {value!r}", "use 'auto' for NCCL's own choice")
     entries: list[NcclEntry] = []
     for i, raw in enumerate(value.split(";")):
         if not raw.strip():

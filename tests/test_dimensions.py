@@ -121,7 +121,7 @@ def test_config_validation_names_the_field(kw, field, message) -> None:
     ({"zero_stage": (-1,)}, "space.zero_stage", "unknown value -1"),
     ({"schedule": ("zb",)}, "space.schedule", "unknown value 'zb'"),
     ({"sequence_parallel": ("yes",)}, "space.sequence_parallel", "must be true or false"),
-    ({"nccl_proto": ("ll256",)}, "space.nccl_proto", "unknown value 'll256'"),
+    ({"nccl_proto": ("ll256",)}, "space.nccl_proto", "unknown token 'll256'"),
     ({"pp": ()}, "space.pp", "must list at least one value"),
 ])
 def test_space_validation_names_the_field(kw, field, message) -> None:
@@ -180,13 +180,35 @@ def test_a_dimension_of_each_kind_encodes_and_decodes() -> None:
             (Dimension(BOOL, False, "x", name="x"), [True, False], ()),
             (Dimension(CHOICE, "b", "x", values=("a", "b"), codes=IntEnum("AB", "A B", start=0),
                        name="x"), ["b", "a"], ()),
-            (Dimension(STRING, "auto", "x", values=("auto", "y"), name="x"), ["y", "auto"],
+            (Dimension(STRING, "auto", "x", values=("auto", "y"), parse=_layout_string,
+                       grammar="stage letters E, t, L", name="x"), ["y", "auto"],
              ("auto", "y"))):
         col = d.encode(values, table)
         assert d.decode_column(col, table) == values
         assert [d.decode(c, table) for c in col] == values
     with pytest.raises(ValueError, match="codes"):
         Dimension(CHOICE, "a", "x", values=("a", "b"))
+    with pytest.raises(ValueError, match="needs parse and grammar"):
+        Dimension(STRING, "auto", "x")
+
+
+def _layout_string(value, field):
+    if set(value) - set("EtL|"):
+        raise InputError(field, f"bad layout {value!r}")
+    return value
+
+
+def test_a_string_dimension_brings_its_own_grammar() -> None:
+    # a future STRING dimension (a pipeline layout string) is not checked as NCCL_ALGO
+    d = Dimension(STRING, "Et|tL", "pipeline layout", parse=_layout_string,
+                  grammar="stage letters E (embedding), t (layer), L (loss), | between stages")
+    assert d.valid_text.startswith("stage letters") and d.parse("Ett|tL", "f") == "Ett|tL"
+    nccl = DIMENSIONS_BY_NAME["nccl_algo"]
+    assert nccl.parse(" Ring,TREE ", "space.nccl_algo") == "ring,tree"
+    assert "NCCL's grammar" in nccl.valid_text
+    with pytest.raises(InputError) as e:
+        DIMENSIONS_BY_NAME["nccl_proto"].parse("ring", "parallel.nccl_proto")
+    assert e.value.field == "parallel.nccl_proto"
 
 
 def test_cli_flags_are_generated() -> None:

@@ -89,7 +89,7 @@ def test_a_value_of_the_wrong_type_is_an_input_error_not_a_type_error(value):
     ("allreduce:ring,auto", "algo", "unknown token 'auto'", "stands alone"),
     ("simpel", "proto", "unknown token 'simpel'", "simple"),
     ("collnet", "proto", "unknown token 'collnet'", None),
-    (";", "proto", "empty entry", None),
+    (";", "proto", "empty value", "auto"),
     ("", "proto", "non-empty string", "auto"),
 ])
 def test_errors_name_the_field(value, kind, message, hint):
