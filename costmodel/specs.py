@@ -529,9 +529,7 @@ def _check_dimension(d: Dimension, value: Any) -> Any:
         return _choice(s, d.name, value, d.values)
     if d.kind == BOOL:
         return _bool(s, d.name, value)
-    if not isinstance(value, str) or not value:  # STRING: the grammar is checked by the rules
-        raise InputError(f"{s}.{d.name}", f"must be a string, got {value!r}")
-    return value.lower()
+    return d.parse(value, f"{s}.{d.name}")  # STRING: the dimension's own grammar
 
 
 #: The dimensions of a parallel configuration, in field order.

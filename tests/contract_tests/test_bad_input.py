@@ -412,11 +412,10 @@ def test_nccl_setting_of_a_run_file_names_the_parallel_field(capsys, tmp_path):
     f = write(tmp_path / "run.yaml", RUN_TEMPLATE.format(
         model="llama-7b", nodes=2, per_node=8, tp=8, pp=1, dp=2, precision="bf16").replace(
         "precision: bf16}", "precision: bf16, nccl_algo: 'allreduce:tree;ring'}"))
-    # named by the optimizer's check ("parallel.nccl_algo: ...") or by the rules' NCCL gate
-    # ("parallel (nccl_gates): ... parallel.nccl_algo: ..."), whichever runs first
+    # ParallelConfig checks the grammar when the run file is read, before any rule
     line = assert_bad(run_cli(capsys, "evaluate", f), 2, "parallel.nccl_algo:",
                       "names no collective")
-    assert line.startswith("error: parallel")
+    assert line.startswith("error: parallel.nccl_algo:")
 
 
 @needs_studies
