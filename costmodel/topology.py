@@ -99,7 +99,14 @@ from typing import Any
 import networkx as nx
 
 from costmodel.errors import InputError, check_nesting, did_you_mean
-from costmodel.layout import Layout, _offsets_and_starts, group_geometry, parse_axes
+from costmodel.layout import (
+    Layout,
+    _offsets_and_starts,
+    group_geometry,
+    group_offsets,
+    parse_axes,
+    start_residues,
+)
 from costmodel.specs import ClusterSpec, GPUSpec, InterNodeSpec, IntraNodeSpec
 
 __all__ = [
@@ -972,21 +979,6 @@ def _score(engine: _Engine, ranks: Sequence[int], acc: _Worst, *, ring: bool) ->
     acc.bw, acc.lat, acc.rank = bw, lat, rank
 
 
-def _starts(engine: _Engine, candidates: Any) -> list[int]:
-    """Group start ranks to score: all, or one per start offset within a node when the
-    cluster is symmetric (groups one whole node apart score the same)."""
-    if not engine.symmetric:
-        return list(candidates)
-    g, out, seen = engine.g, [], set()
-    for s in candidates:
-        if s % g not in seen:
-            seen.add(s % g)
-            out.append(s)
-            if len(seen) == g:
-                break
-    return out
-
-
 def _check_world(engine: _Engine, layout: Layout) -> None:
     if layout.world_size > engine.g * engine.num_nodes:
         raise InputError("parallel", f"tp*pp*dp = {layout.tp}*{layout.pp}*{layout.dp} = "
@@ -998,19 +990,31 @@ def _group_path(engine: _Engine, domain_gpus: int, layout: Layout, axes: tuple[s
                 p2p: bool) -> GroupPath:
     """Worst hop over the groups of ``axes`` (one group per start offset within a node on a
     symmetric cluster: groups are translates of each other, see :mod:`costmodel.layout`)."""
-    geo = group_geometry(engine.g, domain_gpus, layout, axes)
-    offsets, starts = _offsets_and_starts(layout, axes)
+    offsets = group_offsets(layout, axes)
+    if len(offsets) == 1:  # one rank: no link, and one host and domain
+        return GroupPath(n_ranks=1, n_nodes=1, ranks_per_node=1, crosses_nodes=False,
+                         bottleneck_bandwidth_bytes_per_s=_INF, latency_s=0.0, link="local",
+                         n_domains=1, ranks_per_domain=1, crosses_domains=False)
+    if engine.symmetric:  # groups whole hosts apart score the same: one per host residue
+        starts: Any = (s for _, s in start_residues(layout, axes, engine.g))
+    else:
+        starts = _offsets_and_starts(layout, axes)[1]
     acc = _Worst()
-    for s in _starts(engine, starts):
+    for s in starts:
         _score(engine, [s + o for o in offsets], acc, ring=not p2p)
-    n = geo.n_ranks
-    return GroupPath(n_ranks=n, n_nodes=geo.hosts, ranks_per_node=geo.ranks_per_host,
-                     crosses_nodes=geo.crosses_hosts,
+    n = len(offsets)
+    if domain_gpus == engine.g:  # a domain is a host: the scored groups counted them
+        domains, per_domain = acc.n_nodes, acc.rpn
+    else:
+        geo = group_geometry(engine.g, domain_gpus, layout, axes)
+        domains, per_domain = geo.domains, geo.ranks_per_domain
+    return GroupPath(n_ranks=n, n_nodes=acc.n_nodes, ranks_per_node=acc.rpn,
+                     crosses_nodes=acc.n_nodes > 1,
                      bottleneck_bandwidth_bytes_per_s=acc.bw if n > 1 else _INF,
                      latency_s=acc.lat if n > 1 else 0.0,
                      link=LINK_TYPES[acc.rank] if n > 1 else "local",
-                     n_domains=geo.domains, ranks_per_domain=geo.ranks_per_domain,
-                     crosses_domains=geo.crosses_domains)
+                     n_domains=domains, ranks_per_domain=per_domain,
+                     crosses_domains=domains > 1)
 
 
 @functools.lru_cache(maxsize=8192)

@@ -296,3 +296,21 @@ def test_a_preset_may_declare_a_domain(monkeypatch):
     assert load_cluster({"preset": "test-nvl72"}, default_gpus=2).domain_gpus == 2
     assert load_cluster({"preset": "test-nvl72", "gpus_per_node": 8,
                          "num_nodes": 2}).gpus_per_domain is None
+
+
+def test_start_residues_match_every_group_start() -> None:
+    """The arithmetic residues (no list of all groups) are those of the full start list, and
+    each representative is a real group start with that residue."""
+    from costmodel.layout import _offsets_and_starts, parse_axes, start_residues
+
+    layouts = [Layout(tp=2, cp=2, dp=4, pp=2), Layout(tp=4, ep=2, dp=2, pp=4),
+               Layout(tp=1, cp=3, dp=6, pp=2), Layout(tp=8, dp=16, pp=8),
+               Layout(tp=2, dp=4, pp=2, order="tp-cp-ep-pp-dp")]
+    for lay in layouts:
+        for axes in ("tp", "dp", "pp", "cp", "dp-cp", "tp-pp", "ep", "edp", "etp-ep"):
+            names = parse_axes(axes)
+            _, starts = _offsets_and_starts(lay, names)
+            for unit in (1, 2, 4, 8, 24, 72):
+                got = start_residues(lay, names, unit)
+                assert [r for r, _ in got] == sorted({s % unit for s in starts})
+                assert all(s in starts and s % unit == r for r, s in got)
