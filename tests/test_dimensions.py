@@ -105,7 +105,7 @@ def test_from_columns_fills_defaults_and_rejects_unknown_columns() -> None:
     ({"zero_stage": -1}, "parallel.zero_stage", "must be >= 0, got -1"),
     ({"precision": "bf61"}, "parallel.precision", "unknown value 'bf61'"),
     ({"sequence_parallel": 1}, "parallel.sequence_parallel", "must be true or false, got 1"),
-    ({"nccl_algo": ""}, "parallel.nccl_algo", "must be a string, got ''"),
+    ({"nccl_algo": ""}, "parallel.nccl_algo", "must be a non-empty string, got ''"),
     ({"virtual_stages": 2}, "parallel.virtual_stages", "2 needs schedule: interleaved"),
 ])
 def test_config_validation_names_the_field(kw, field, message) -> None:
