@@ -103,6 +103,7 @@ from costmodel.layout import (
     Layout,
     _offsets_and_starts,
     group_geometry,
+    group_of,
     group_offsets,
     parse_axes,
     start_residues,
@@ -213,7 +214,8 @@ def _check_rank(rank: int, world: int) -> None:
 
 def rank_of(tp_idx: int, dp_idx: int, pp_idx: int, tp: int, dp: int) -> int:
     """Global rank of a (tp, dp, pp) coordinate: ``tp_idx + tp * (dp_idx + dp * pp_idx)``
-    (Megatron-LM ``parallel_state`` order, TP fastest)."""
+    (Megatron-LM ``parallel_state`` order, TP fastest: :class:`costmodel.layout.Layout`'s
+    default order with cp = ep = 1; groups of other axes: :func:`costmodel.layout.group_of`)."""
     return tp_idx + tp * (dp_idx + dp * pp_idx)
 
 
@@ -229,37 +231,31 @@ def rank_location(rank: int, gpus_per_node: int) -> tuple[int, int]:
     return divmod(rank, gpus_per_node)
 
 
+def _dense(tp: int, pp: int, dp: int) -> Layout:
+    return Layout(tp=tp, dp=dp, pp=pp)  # InputError parallel.<axis> for a bad degree
+
+
 def tp_group(rank: int, tp: int, pp: int, dp: int) -> list[int]:
-    """Ranks of the tensor-parallel group holding ``rank`` (consecutive ranks)."""
-    _check_layout(tp, pp, dp)
-    _check_rank(rank, tp * pp * dp)
-    start = rank - rank % tp
-    return list(range(start, start + tp))
+    """Ranks of the tensor-parallel group holding ``rank`` (consecutive ranks):
+    :func:`costmodel.layout.group_of` on the (tp, dp, pp) layout."""
+    return list(group_of(_dense(tp, pp, dp), ("tp",), rank))
 
 
 def dp_group(rank: int, tp: int, pp: int, dp: int) -> list[int]:
     """Ranks of the data-parallel group holding ``rank`` (stride ``tp``)."""
-    _check_layout(tp, pp, dp)
-    _check_rank(rank, tp * pp * dp)
-    t, _, p = rank_coords(rank, tp, dp)
-    return [rank_of(t, d, p, tp, dp) for d in range(dp)]
+    return list(group_of(_dense(tp, pp, dp), ("dp",), rank))
 
 
 def pp_group(rank: int, tp: int, pp: int, dp: int) -> list[int]:
     """Ranks of the pipeline holding ``rank``, first stage first (stride ``tp * dp``)."""
-    _check_layout(tp, pp, dp)
-    _check_rank(rank, tp * pp * dp)
-    t, d, _ = rank_coords(rank, tp, dp)
-    return [rank_of(t, d, p, tp, dp) for p in range(pp)]
+    return list(group_of(_dense(tp, pp, dp), ("pp",), rank))
 
 
 def pp_neighbours(rank: int, tp: int, pp: int, dp: int) -> list[int]:
     """The previous and next pipeline stage's rank (those that exist; no wrap-around)."""
-    _check_layout(tp, pp, dp)
-    _check_rank(rank, tp * pp * dp)
-    step = tp * dp
-    _, _, p = rank_coords(rank, tp, dp)
-    return [r for r, ok in ((rank - step, p > 0), (rank + step, p < pp - 1)) if ok]
+    stages = pp_group(rank, tp, pp, dp)
+    i = stages.index(rank)
+    return stages[max(i - 1, 0):i] + stages[i + 1:i + 2]
 
 
 # ============================================================================================
@@ -981,9 +977,8 @@ def _score(engine: _Engine, ranks: Sequence[int], acc: _Worst, *, ring: bool) ->
 
 def _check_world(engine: _Engine, layout: Layout) -> None:
     if layout.world_size > engine.g * engine.num_nodes:
-        raise InputError("parallel", f"tp*pp*dp = {layout.tp}*{layout.pp}*{layout.dp} = "
-                                     f"{layout.world_size} exceeds the cluster's "
-                                     f"{engine.g * engine.num_nodes} GPUs")
+        raise InputError("parallel", f"the layout's {layout.world_size} ranks exceed the "
+                                     f"cluster's {engine.g * engine.num_nodes} GPUs")
 
 
 def _group_path(engine: _Engine, domain_gpus: int, layout: Layout, axes: tuple[str, ...],
