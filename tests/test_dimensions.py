@@ -259,3 +259,34 @@ def test_optuna_encoding_tokens() -> None:
     params = enc.params_for(row)
     assert params["layout"] == f"tp{c.tp}_pp{c.pp}"
     assert enc.decode(params) == row
+
+
+_BAD = {"tp": 0, "pp": 0, "dp": 0, "micro_batch_size": 0, "precision": "bf61",
+        "recompute": "nope", "sequence_parallel": 3, "zero_stage": 9, "schedule": "x",
+        "virtual_stages": 0, "nccl_algo": "rign", "nccl_proto": "simpel"}
+
+
+@pytest.mark.parametrize(("kw", "field"), [
+    # ebe5f60 checked the integers first and named the second field of these pairs
+    # (changelog-cost-model.md); now the first bad field in declaration order is named
+    ({"zero_stage": 9, "recompute": "nope"}, "parallel.recompute"),
+    ({"zero_stage": 9, "precision": "bf61"}, "parallel.precision"),
+    ({"virtual_stages": 0, "schedule": "x"}, "parallel.schedule"),
+    ({"virtual_stages": 0, "zero_stage": 9}, "parallel.zero_stage"),
+    ({"schedule": "x", "sequence_parallel": 3}, "parallel.sequence_parallel"),
+    ({"nccl_proto": "simpel", "nccl_algo": "rign"}, "parallel.nccl_algo"),  # ebe5f60: no error
+])
+def test_two_bad_fields_name_the_first_in_declaration_order(kw, field) -> None:
+    with pytest.raises(InputError) as e:
+        ParallelConfig(**kw)
+    assert e.value.field == field
+
+
+def test_every_pair_of_bad_fields_names_the_earlier_one() -> None:
+    order = [d.name for d in PARALLEL_DIMENSIONS]
+    assert order == list(_BAD)  # the declaration order this pins
+    for i, a in enumerate(order):
+        for b in order[i + 1:]:
+            with pytest.raises(InputError) as e:
+                ParallelConfig(**{a: _BAD[a], b: _BAD[b]})
+            assert e.value.field == f"parallel.{a}", (a, b)
