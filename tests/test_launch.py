@@ -84,9 +84,12 @@ def test_megatron_golden_llama65b_tp4_pp4():
         "--make-vocab-size-divisible-by", "128",
         "--swiglu",
         "--normalization", "RMSNorm",
+        "--norm-epsilon", "1e-06",  # LLaMA 1 rms_norm_eps (Megatron's default is 1e-5)
         "--position-embedding-type", "rope",
+        "--rotary-base", "10000",
         "--untie-embeddings-and-output-weights",
         "--disable-bias-linear",
+        "--attention-dropout", "0", "--hidden-dropout", "0",  # Megatron defaults to 0.1
         "--bf16",
     ]
 
@@ -121,12 +124,18 @@ def test_uneven_pipeline_split_flags():
     assert value(args, "--decoder-first-pipeline-num-layers") == "4"
     assert value(args, "--decoder-last-pipeline-num-layers") == "4"
     ds = deepspeed_config(model, six, TRAIN, config)
-    assert ds["pipeline"]["partition"] == "type:transformer|embedding"
+    assert "pipeline" not in ds  # stages/partition are read by nothing in DeepSpeed
+    tt = torchtitan_args(model, six, TRAIN, config)
+    # torchtitan: 7 layers per stage, the first and last count 3 "less layers" each
+    assert value(tt, "--parallelism.pipeline_parallel_layers_per_stage") == "7"
+    assert value(tt, "--parallelism.pipeline_parallel_first_stage_less_layers") == "3"
+    assert value(tt, "--parallelism.pipeline_parallel_last_stage_less_layers") == "3"
     assert any("uneven pipeline split" in w for w in launch_warnings(config, model=model))
     # an even split keeps Megatron's default and DeepSpeed's uniform partition
     even = megatron_args(LLAMA_65B, CLUSTER, TRAIN, BASE)
     assert "--decoder-first-pipeline-num-layers" not in even
-    assert deepspeed_config(LLAMA_65B, CLUSTER, TRAIN, BASE)["pipeline"]["partition"] == "uniform"
+    assert "--parallelism.pipeline_parallel_first_stage_less_layers" in torchtitan_args(
+        LLAMA_65B, CLUSTER, TRAIN, BASE)
     # no split gives 5 layers' first and last stage one each on 4 stages
     five = ModelSpec("m5", num_layers=5, hidden_size=1024, num_attention_heads=16,
                      ffn_hidden_size=4096, vocab_size=32000)
@@ -194,7 +203,7 @@ def test_megatron_recompute(recompute, expected):
 @pytest.mark.parametrize(("precision", "expected"), [
     ("bf16", ["--bf16"]),
     ("fp16", ["--fp16"]),
-    ("fp8", ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "delayed"]),
+    ("fp8", ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]),
     ("fp32", []),
     ("tf32", []),
 ])
@@ -286,8 +295,12 @@ def test_deepspeed_indivisible_batch_is_input_error():
 def test_deepspeed_blocks():
     ds = deepspeed_config(LLAMA_65B, CLUSTER, TRAIN, BASE)
     assert ds["bf16"] == {"enabled": True} and "fp16" not in ds
-    assert ds["pipeline"]["stages"] == 4
-    assert ds["tensor_parallel"] == {"autotp_size": 4}
+    # pp > 1: Megatron-DeepSpeed's own TP/PP; no pipeline keys DeepSpeed would not read
+    assert "pipeline" not in ds and "tensor_parallel" not in ds
+    one = deepspeed_config(LLAMA_65B, CLUSTER, TRAIN, cfg(tp=4, pp=1, dp=4))
+    assert one["tensor_parallel"] == {"autotp_size": 4}  # AutoTP without a pipeline
+    full = deepspeed_config(LLAMA_65B, CLUSTER, TRAIN, cfg(recompute="full"))
+    assert full["pipeline"] == {"activation_checkpoint_interval": 1}
     assert ds["zero_optimization"] == {"stage": 0}
     assert ds["gradient_clipping"] == 1.0
     assert "activation_checkpointing" not in ds
@@ -329,8 +342,13 @@ def test_torchtitan_golden_values():
     assert value(a, "--training.global_batch_size") == "1024"
     # with PP the local batch (per DP rank) is gbs/dp = 1024, split into 1024 microbatches
     assert value(a, "--training.local_batch_size") == "1024"
-    assert value(a, "--activation_checkpoint.mode") == "none"
+    assert a[-1] == "activation_checkpoint:none"  # a tyro subcommand in torchtitan 0.3
     assert "--parallelism.no_enable_sequence_parallel" in a
+    assert "--training.disable_cuda_graphs" in a  # CUDA graphs refuse pipelines
+    assert a[:4] == ["--module", "paraplan_torchtitan", "--config", "paraplan"]
+    # 80 layers on 4 stages: 20 each, no embedding/output weights
+    assert value(a, "--parallelism.pipeline_parallel_layers_per_stage") == "20"
+    assert value(a, "--parallelism.pipeline_parallel_first_stage_less_layers") == "0"
 
 
 @pytest.mark.parametrize(("zero", "shard", "replicate"), [(0, 1, 4), (1, 1, 4), (3, 4, 1)])
@@ -364,7 +382,12 @@ def test_torchtitan_without_pipeline_accumulates():
                                                        sequence_parallel=True))
     assert value(a, "--training.local_batch_size") == "2"
     assert "--parallelism.pipeline_parallel_schedule" not in a
-    assert value(a, "--activation_checkpoint.mode") == "selective"
+    assert a[-1] == "activation_checkpoint:selective"
+    # ... but torchtitan's SAC is not the selective recompute scored: the bundle says so
+    c = cfg(tp=2, pp=1, dp=8, micro_batch_size=2, recompute="selective", sequence_parallel=True)
+    b = launch_bundle(LLAMA_65B, CLUSTER, TRAIN, c)
+    assert not b["targets"]["torchtitan"]["supported"]
+    assert any("selective" in r for r in b["targets"]["torchtitan"]["reasons"])
     assert "--parallelism.enable_sequence_parallel" in a
 
 
@@ -491,7 +514,9 @@ def test_config_warnings():
 # ------------------------------------------------------------------------------ bundle
 def test_launch_bundle_shape_and_json():
     b = launch_bundle(LLAMA_65B, CLUSTER, TRAIN, BASE)
-    assert set(b) == {"megatron_args", "deepspeed_config", "torchtitan_args", "env", "warnings"}
+    assert set(b) == {"megatron_args", "deepspeed_config", "torchtitan_args", "torchtitan_config",
+                      "env", "warnings", "targets"}
+    assert all(t["supported"] for t in b["targets"].values())
     assert b["megatron_args"] == megatron_args(LLAMA_65B, CLUSTER, TRAIN, BASE)
     assert json.loads(json.dumps(b)) == b
     assert b["warnings"] == []  # default config, whole cluster: nothing to say
