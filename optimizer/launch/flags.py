@@ -536,7 +536,8 @@ def _model():
     if FLOAT8:
         from torchtitan.components.quantization import Float8LinearConverter
 
-        model = Float8LinearConverter.Config().build().convert(model)
+        # rowwise scaling; the LM head stays in bf16 (as Transformer Engine leaves it)
+        model = Float8LinearConverter.Config(filter_fqns=["lm_head"]).build().convert(model)
     return ModelSpec(name="llama3", flavor="paraplan", model=model,
                      parallelize_fn=L3.parallelize_llama, pipelining_fn=pipeline_llm,
                      post_optimizer_build_fn=None,

@@ -78,15 +78,19 @@ class _Device:
 
 @contextlib.contextmanager
 def gpu_facts(cc: int) -> Iterator[None]:
-    """The GPU facts validate_args reads (compute capability), for GPU ``cc`` (e.g. 90)."""
+    """The GPU facts the clients read (CUDA present, compute capability), for a GPU of
+    compute capability ``cc`` (e.g. 90): Megatron's validate_args and torchtitan's Float8
+    converter (SM89+) ask for them."""
     import torch
 
     dev = _Device(cc)
     saved = {n: getattr(torch.cuda, n) for n in
-             ("get_device_properties", "get_device_capability", "device_count")}
+             ("get_device_properties", "get_device_capability", "device_count",
+              "is_available")}
     torch.cuda.get_device_properties = lambda *a, **k: dev
     torch.cuda.get_device_capability = lambda *a, **k: (dev.major, dev.minor)
     torch.cuda.device_count = lambda: 8
+    torch.cuda.is_available = lambda: True
     try:
         yield
     finally:
