@@ -184,3 +184,27 @@ def megatron_validate(argv: Sequence[str], env: Mapping[str, str], world_size: i
         arguments.validate_args(args)
         cfg = arguments.core_transformer_config_from_args(args)
     return args, cfg
+
+
+NCCL_TUNER_DIR = SHARED_CLIENTS / "nccl-tuner-example"
+
+
+def nccl_tuner_plugin() -> Path:
+    """NCCL's example tuner plugin compiled with ``cc`` (cached), or skip."""
+    import shutil
+    import subprocess
+
+    src = NCCL_TUNER_DIR / "plugin.c"
+    if not src.is_file():
+        pytest.skip(f"no NCCL example tuner plugin at {NCCL_TUNER_DIR}")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler (cc) to build NCCL's example tuner plugin")
+    out = _cache_dir() / "nccl-tuner-example" / "libnccl-tuner-example.so"
+    if not out.is_file() or out.stat().st_mtime < src.stat().st_mtime:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        subprocess.run([cc, "-shared", "-fPIC", "-O1", "-I", str(NCCL_TUNER_DIR / "nccl"),
+                        "-o", str(tmp), str(src)], check=True, capture_output=True)
+        tmp.replace(out)
+    return out
