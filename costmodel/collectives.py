@@ -73,6 +73,13 @@ import numpy as np
 
 from costmodel.calibration import arch_of  # NCCL's buckets are the same (nccl.md 3)
 from costmodel.errors import InputError, did_you_mean
+from costmodel.nccl_grammar import (
+    ALGORITHMS,
+    COLLECTIVES,
+    PROTOCOLS,
+    candidate_pairs,
+    parse_nccl_setting,
+)
 from costmodel.specs import INTRA_FABRICS, ClusterSpec
 
 __all__ = [
@@ -87,13 +94,10 @@ __all__ = [
 NCCL_VERSION = "2.30.7"
 
 # ---- names and indices (nccl.md §2: the index order breaks ties) ---------------------------
-ALGORITHMS: tuple[str, ...] = ("tree", "ring", "collnetdirect", "collnetchain", "nvls",
-                               "nvlstree", "pat")
+# ALGORITHMS, PROTOCOLS, COLLECTIVES: costmodel.nccl_grammar's (re-exported here)
 ALGORITHM_DISPLAY: tuple[str, ...] = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS",
                                       "NVLSTree", "PAT")
-PROTOCOLS: tuple[str, ...] = ("ll", "ll128", "simple")
 PROTOCOL_DISPLAY: tuple[str, ...] = ("LL", "LL128", "Simple")
-COLLECTIVES: tuple[str, ...] = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
 ARCHS: tuple[str, ...] = ("volta", "ampere", "hopper", "blackwell")
 CPU_VENDORS: tuple[str, ...] = ("intel", "amd", "arm", "power")
 
@@ -626,69 +630,10 @@ def _search_all(sys: NcclSystem) -> np.ndarray:
 
 
 # ---- NCCL_ALGO / NCCL_PROTO (nccl.md §4.2, ecosystem.md §2.5) ---------------------------------
-_ALGO_TOKENS: dict[str, tuple[int, ...]] = {
-    "tree": (TREE,), "ring": (RING,), "collnetdirect": (COLLNET_DIRECT,),
-    "collnetchain": (COLLNET_CHAIN,), "collnet": (COLLNET_DIRECT, COLLNET_CHAIN),
-    "nvls": (NVLS,), "nvlstree": (NVLS_TREE,), "pat": (PAT,)}
-_PROTO_TOKENS: dict[str, tuple[int, ...]] = {"ll": (LL,), "ll128": (LL128,), "simple": (SIMPLE,)}
-
-
-def _spec_kind(kind: str) -> tuple[str, dict[str, tuple[int, ...]], int]:
-    if kind == "algo":
-        return "nccl_algo", _ALGO_TOKENS, _NA
-    if kind == "proto":
-        return "nccl_proto", _PROTO_TOKENS, _NP
-    raise InputError("kind", f"must be 'algo' or 'proto', got {kind!r}")
-
-
-def _parse_list(text: str, tokens: dict[str, tuple[int, ...]], size: int, fld: str,
-                spec: str) -> tuple[frozenset[int], frozenset[int]]:
-    """One list -> (enabled indices, positively named indices)."""
-    body = text.strip()
-    if body.lower() == "auto":
-        return frozenset(range(size)), frozenset()
-    exclude = body.startswith("^")
-    if exclude:
-        body = body[1:]
-    items: set[int] = set()
-    for raw in body.split(","):
-        tok = raw.strip().lower()
-        if tok not in tokens:
-            raise InputError(fld, f"unknown token {raw.strip()!r} in {spec!r}",
-                             did_you_mean(tok, [*tokens, "auto"]))
-        items.update(tokens[tok])
-    if exclude:
-        return frozenset(set(range(size)) - items), frozenset()
-    return frozenset(items), frozenset(items)
-
-
-@lru_cache(maxsize=512)
-def _parse_spec(spec: str, kind: str) -> dict[str | None, tuple[frozenset[int], frozenset[int]]]:
-    fld, tokens, size = _spec_kind(kind)
-    if not isinstance(spec, str) or not spec.strip():
-        raise InputError(fld, f"must be a non-empty string, got {spec!r}",
-                         "use 'auto' for NCCL's own choice")
-    out: dict[str | None, tuple[frozenset[int], frozenset[int]]] = {}
-    entries = [e for e in spec.split(";")]
-    for i, entry in enumerate(entries):
-        if not entry.strip():
-            raise InputError(fld, f"empty entry in {spec!r}")
-        func: str | None = None
-        body = entry
-        if ":" in entry:
-            head, body = entry.split(":", 1)
-            key = _norm_name(head)
-            if key not in _COLLECTIVE_ALIASES:
-                raise InputError(fld, f"unknown collective {head.strip()!r} in {spec!r}",
-                                 did_you_mean(key, COLLECTIVES))
-            func = _COLLECTIVE_ALIASES[key]
-        elif i > 0:
-            raise InputError(fld, f"entry {entry.strip()!r} of {spec!r} names no collective",
-                             "only the first entry may omit 'collective:'")
-        if func in out:
-            raise InputError(fld, f"{func or 'the default'} is given twice in {spec!r}")
-        out[func] = _parse_list(body, tokens, size, fld, spec)
-    return out
+# The grammar and the capability table live once, in costmodel.nccl_grammar.
+def _indices(names: tuple[str, ...], kind: str) -> frozenset[int]:
+    universe = ALGORITHMS if kind == "algo" else PROTOCOLS
+    return frozenset(universe.index(n) for n in names)
 
 
 def parse_nccl_spec(spec: str, kind: str) -> dict[str, tuple[str, ...]]:
@@ -698,21 +643,17 @@ def parse_nccl_spec(spec: str, kind: str) -> dict[str, tuple[str, ...]]:
     (it applies to every collective not named). Syntax (NCCL >= 2.24, nccl.md §4.2): ``auto``,
     a comma list, ``^`` to exclude, ``;``-separated ``collective:list`` entries, e.g.
     ``"ring,tree;allreduce:^tree;broadcast:ring"``. ``collnet`` means both CollNet variants.
-    Unknown tokens raise :class:`InputError` (field ``nccl_algo`` / ``nccl_proto``).
+    Unknown tokens raise :class:`InputError` (field ``nccl_algo`` / ``nccl_proto``). A view of
+    :func:`costmodel.nccl_grammar.parse_nccl_setting`.
     """
-    names = ALGORITHMS if kind == "algo" else PROTOCOLS
-    return {("*" if k is None else k): tuple(names[i] for i in sorted(v[0]))
-            for k, v in _parse_spec(spec, kind).items()}
+    return parse_nccl_setting(spec, kind).as_dict()
 
 
+@lru_cache(maxsize=1024)
 def _spec_for(spec: str, kind: str, coll: str) -> tuple[frozenset[int], frozenset[int]]:
-    parsed = _parse_spec(spec, kind)
-    if coll in parsed:
-        return parsed[coll]
-    if None in parsed:
-        return parsed[None]
-    size = _NA if kind == "algo" else _NP
-    return frozenset(range(size)), frozenset()
+    """(enabled, positively named) indices for ``coll``."""
+    setting = parse_nccl_setting(spec, kind)
+    return _indices(setting.enabled(coll), kind), _indices(setting.named(coll), kind)
 
 
 @lru_cache(maxsize=1024)
@@ -728,16 +669,13 @@ def _allowed(algo: str, proto: str, coll: str, ll128_default: bool) -> np.ndarra
     return _readonly(mask)
 
 
-# Structural candidates per collective, in NCCL's (algo, proto) iteration order (nccl.md §2).
-_AR_PAIRS = ((TREE, LL), (TREE, LL128), (TREE, SIMPLE), (RING, LL), (RING, LL128),
-             (RING, SIMPLE), (COLLNET_DIRECT, SIMPLE), (COLLNET_CHAIN, SIMPLE), (NVLS, SIMPLE),
-             (NVLS_TREE, SIMPLE))
-_AG_PAIRS = ((RING, LL), (RING, LL128), (RING, SIMPLE), (COLLNET_DIRECT, SIMPLE), (NVLS, SIMPLE),
-             (PAT, SIMPLE))
-_BC_PAIRS = ((RING, LL), (RING, LL128), (RING, SIMPLE))
+# Structural candidates per collective, in NCCL's (algo, proto) iteration order (nccl.md §2),
+# from the capability table of costmodel.nccl_grammar.
 CANDIDATE_PAIRS: dict[str, tuple[tuple[int, int], ...]] = {
-    "allreduce": _AR_PAIRS, "allgather": _AG_PAIRS, "reducescatter": _AG_PAIRS,
-    "broadcast": _BC_PAIRS, "reduce": _BC_PAIRS}
+    c: tuple((ALGORITHMS.index(a), PROTOCOLS.index(p)) for a, p in candidate_pairs(c))
+    for c in ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")}
+_AR_PAIRS, _AG_PAIRS, _BC_PAIRS = (CANDIDATE_PAIRS[c] for c in ("allreduce", "allgather",
+                                                                 "broadcast"))
 
 
 # ---- the tuning model, vectorised over communicator geometries (nccl.md §3) -------------------

@@ -68,6 +68,9 @@ def check_keys(section: str, data: dict, allowed: Iterable[str]) -> None:
 MAX_NESTING_DEPTH = 100
 
 
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
 def _child_name(path: str, key: object) -> str:
     return f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}"
 
@@ -76,28 +79,33 @@ def check_nesting(field: str, value: object, limit: int = MAX_NESTING_DEPTH) -> 
     """Raise :class:`InputError` when lists/tuples/mappings in ``value`` nest deeper than
     ``limit`` levels (a scalar is depth 0, ``[1]`` depth 1).
 
-    Iterative (an explicit stack), so it is safe on any depth. The error names the path to
-    the first container beyond the limit, shortened to its first few steps.
+    Iterative (an explicit stack), so it is safe on any depth; a container shared by YAML
+    aliases is walked once per depth it is reached at. The error names the path to the first
+    container beyond the limit, shortened to its first four steps.
     """
-    stack: list[tuple[object, int, str, int]] = [(value, 0, field, 0)]
-    seen: dict[int, int] = {}  # id -> deepest level visited: YAML aliases share containers
+    containers = (Mapping, list, tuple)
+    if not isinstance(value, containers):
+        return
+    # (container, depth, first steps of its path)
+    stack: list[tuple[object, int, tuple[object, ...]]] = [(value, 0, ())]
+    seen: dict[int, int] = {}  # id -> deepest level visited
     while stack:
-        node, depth, path, steps = stack.pop()
+        node, depth, trail = stack.pop()
         if seen.get(id(node), -1) >= depth:
             continue
         seen[id(node)] = depth
-        if isinstance(node, Mapping):
-            items = list(node.items())
-        elif isinstance(node, list | tuple):
-            items = list(enumerate(node))
-        else:
-            continue
         if depth >= limit:
+            path = field
+            for key in trail:
+                path = _child_name(path, key)
             raise InputError(path, f"is nested more than {limit} levels deep",
                              "paraplan's documents need a few levels; is the file generated "
                              "by mistake?")
+        items = node.items() if isinstance(node, Mapping) else enumerate(node)
+        short = len(trail) < 4
         for key, child in items:
-            if isinstance(child, Mapping | list | tuple):
-                # name at most four steps below ``field`` so the message stays short
-                name = _child_name(path, key) if steps < 4 else path
-                stack.append((child, depth + 1, name, steps + 1))
+            kind = type(child)
+            if kind in _SCALARS:  # fast path: most values of a document are scalars
+                continue
+            if kind is dict or kind is list or isinstance(child, containers):
+                stack.append((child, depth + 1, trail + (key,) if short else trail))

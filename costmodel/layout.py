@@ -39,10 +39,14 @@ from __future__ import annotations
 import functools
 import numbers
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from costmodel.errors import InputError, did_you_mean
+
+if TYPE_CHECKING:
+    from costmodel.specs import ClusterSpec
 
 __all__ = [
     "AXES", "DEFAULT_ORDER", "DENSE_AXES", "EXPERT_AXES", "ORDER_TOKENS",
@@ -204,20 +208,23 @@ def _view_of(layout: Layout, axes: tuple[str, ...]) -> tuple[tuple[str, int], ..
 
 @functools.lru_cache(maxsize=4096)
 def _offsets_and_starts(layout: Layout, axes: tuple[str, ...]
-                        ) -> tuple[np.ndarray, np.ndarray]:
+                        ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Ranks of the group holding rank 0 (in group order) and the lowest rank of every group
-    (in group-index order), as read-only int64 arrays."""
+    (in group-index order). Offsets ascend: each axis's stride exceeds the span of the axes
+    before it."""
     view = _view_of(layout, axes)
-    strides = np.cumprod([1] + [s for _, s in view])[:-1]
-    masked = [(s, d) for (a, s), d in zip(view, strides, strict=True) if a in axes]
-    fixed = [(s, d) for (a, s), d in zip(view, strides, strict=True) if a not in axes]
+    masked: list[tuple[int, int]] = []
+    fixed: list[tuple[int, int]] = []
+    stride = 1
+    for axis, size in view:
+        (masked if axis in axes else fixed).append((size, stride))
+        stride *= size
     out = []
     for dims in (masked, fixed):
-        idx = np.zeros(1, dtype=np.int64)
-        for size, stride in dims:  # first dimension fastest
-            idx = (idx[None, :] + stride * np.arange(size, dtype=np.int64)[:, None]).ravel()
-        idx.setflags(write=False)
-        out.append(idx)
+        idx = [0]
+        for size, step in dims:  # first dimension fastest
+            idx = [i + step * k for k in range(size) for i in idx]
+        out.append(tuple(idx))
     return out[0], out[1]
 
 
@@ -231,7 +238,7 @@ def group_ranks(layout: Layout, axes: str | tuple[str, ...]) -> tuple[tuple[int,
     ((0, 1, 4, 5), (2, 3, 6, 7))
     """
     offsets, starts = _offsets_and_starts(layout, parse_axes(axes))
-    return tuple(tuple(int(s + o) for o in offsets) for s in starts)
+    return tuple(tuple(s + o for o in offsets) for s in starts)
 
 
 def group_of(layout: Layout, axes: str | tuple[str, ...], rank: int) -> tuple[int, ...]:
@@ -251,7 +258,7 @@ def group_of(layout: Layout, axes: str | tuple[str, ...], rank: int) -> tuple[in
         if axis in names:
             start -= (int(rank) // stride) % size * stride
         stride *= size
-    return tuple(int(start + o) for o in offsets)
+    return tuple(start + o for o in offsets)
 
 
 @dataclass(frozen=True)
@@ -288,7 +295,7 @@ class GroupGeometry:
         return self.domains == 1
 
 
-def _spans(ranks: np.ndarray, unit: int) -> tuple[int, int]:
+def _spans_np(ranks: np.ndarray, unit: int) -> tuple[int, int]:
     """For rows of ascending ranks (one group each): the most distinct ``rank // unit``
     values in a row and the most ranks sharing one value."""
     cell = ranks // unit
@@ -299,6 +306,24 @@ def _spans(ranks: np.ndarray, unit: int) -> tuple[int, int]:
     return int(new.sum(axis=1).max()), int(runs.max())
 
 
+def _spans(rows: list[int], offsets: tuple[int, ...], unit: int) -> tuple[int, int]:
+    """:func:`_spans_np` in plain Python (faster for the small groups of most layouts)."""
+    most_cells = most_run = 1
+    for r in rows:
+        cells, run, prev = 0, 0, -1
+        for o in offsets:
+            c = (r + o) // unit
+            if c != prev:
+                cells, run, prev = cells + 1, 1, c
+            else:
+                run += 1
+            if run > most_run:
+                most_run = run
+        if cells > most_cells:
+            most_cells = cells
+    return most_cells, most_run
+
+
 @functools.lru_cache(maxsize=8192)
 def group_geometry(gpus_per_host: int, gpus_per_domain: int, layout: Layout,
                    axes: tuple[str, ...]) -> GroupGeometry:
@@ -307,20 +332,25 @@ def group_geometry(gpus_per_host: int, gpus_per_domain: int, layout: Layout,
     offsets, starts = _offsets_and_starts(layout, axes)
     # A group's translate by whole domains sits the same way on hosts and domains (a domain is
     # whole hosts), so one group per residue of its lowest rank modulo the domain is enough.
-    # Offsets ascend (each axis's stride exceeds the span of the axes before it).
-    ranks = np.unique(starts % gpus_per_domain)[:, None] + offsets[None, :]
-    hosts, per_host = _spans(ranks, gpus_per_host)
-    domains, per_domain = (hosts, per_host) if gpus_per_domain == gpus_per_host \
-        else _spans(ranks, gpus_per_domain)
-    steps = np.diff(offsets)
-    stride = int(steps[0]) if steps.size and np.all(steps == steps[0]) else 0
-    return GroupGeometry(axes=axes, n_ranks=int(offsets.size), n_groups=int(starts.size),
-                         stride=stride if offsets.size > 1 else 1, hosts=hosts,
-                         ranks_per_host=per_host, domains=domains,
+    rows = sorted({s % gpus_per_domain for s in starts})
+    if len(rows) * len(offsets) > 4096:
+        ranks = np.asarray(rows, dtype=np.int64)[:, None] + np.asarray(offsets)[None, :]
+        hosts, per_host = _spans_np(ranks, gpus_per_host)
+        domains, per_domain = (hosts, per_host) if gpus_per_domain == gpus_per_host \
+            else _spans_np(ranks, gpus_per_domain)
+    else:
+        hosts, per_host = _spans(rows, offsets, gpus_per_host)
+        domains, per_domain = (hosts, per_host) if gpus_per_domain == gpus_per_host \
+            else _spans(rows, offsets, gpus_per_domain)
+    n = len(offsets)
+    steps = {b - a for a, b in zip(offsets, offsets[1:], strict=False)}
+    stride = steps.pop() if len(steps) == 1 else (1 if n == 1 else 0)
+    return GroupGeometry(axes=axes, n_ranks=n, n_groups=len(starts), stride=stride,
+                         hosts=hosts, ranks_per_host=per_host, domains=domains,
                          ranks_per_domain=per_domain)
 
 
-def group(cluster, layout: Layout, axes: str | tuple[str, ...]) -> GroupGeometry:
+def group(cluster: ClusterSpec, layout: Layout, axes: str | tuple[str, ...]) -> GroupGeometry:
     """Geometry of the groups over ``axes`` of ``layout`` on ``cluster`` (a
     :class:`~costmodel.specs.ClusterSpec`; only its host and domain sizes and its GPU count
     are read). Memoised per distinct (host size, domain size, layout, axes).

@@ -2,9 +2,11 @@
 
 A cluster is a graph whose nodes are GPUs, switches, NICs and the inter-node fabric, and whose
 edges carry one-direction bandwidth and latency (ecosystem.md section 5; link classes after
-NCCL's ``src/graph/topo.h``, nccl.md section 1.1). Ranks are placed in Megatron order (tensor
-parallel innermost, then data parallel, then pipeline parallel; Narayanan et al. 2021, section
-3) and each communication group is scored by the slowest hop of the ring that runs through it.
+NCCL's ``src/graph/topo.h``, nccl.md section 1.1). Ranks are placed by a
+:class:`costmodel.layout.Layout` (named axes in Megatron-Core's order, tensor parallel
+innermost: ``tp-cp-ep-dp-pp``; Narayanan et al. 2021, section 3) and each communication group
+is scored by the slowest hop of the ring that runs through it (:func:`layout_group_path`;
+:func:`layout_topology` for the tp/dp/pp triple the cost model reads).
 
 Short form -> graph (:func:`build_graph`)
 -----------------------------------------
@@ -999,9 +1001,8 @@ def _group_path(engine: _Engine, domain_gpus: int, layout: Layout, axes: tuple[s
     geo = group_geometry(engine.g, domain_gpus, layout, axes)
     offsets, starts = _offsets_and_starts(layout, axes)
     acc = _Worst()
-    span = offsets.tolist()
-    for s in _starts(engine, starts.tolist()):
-        _score(engine, [s + o for o in span], acc, ring=not p2p)
+    for s in _starts(engine, starts):
+        _score(engine, [s + o for o in offsets], acc, ring=not p2p)
     n = geo.n_ranks
     return GroupPath(n_ranks=n, n_nodes=geo.hosts, ranks_per_node=geo.ranks_per_host,
                      crosses_nodes=geo.crosses_hosts,

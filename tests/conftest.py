@@ -15,9 +15,15 @@ import io
 import json
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent  # the repository
+DATA = TESTS / "data"
+ARGS_65B = ["--model", "65b", "--gpus", "16"]
 
 # Every contract document the CLI prints during the tests (in-process or in a subprocess,
 # which inherits the environment) is validated against the shipped schema before it is
@@ -67,3 +73,15 @@ def run_cli_json(argv: Sequence[str], kind: str | None = None, *,
     doc = json.loads(out)  # exactly one document: json.loads rejects trailing text
     assert_valid(doc, kind)
     return doc
+
+
+@pytest.fixture(scope="module")
+def front_doc() -> dict:
+    """``optimize --model 65b --gpus 16 --json``, validated as a front document (computed once
+    per test module)."""
+    return run_cli_json(ARGS_65B, "front")
+
+
+@pytest.fixture(scope="module")
+def recommended(front_doc) -> dict:
+    return front_doc["pareto_front"][front_doc["recommended"]]

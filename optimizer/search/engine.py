@@ -10,16 +10,10 @@ a constraint set with ``Trial.set_constraint`` (feasible iff <= 0), never a pena
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
-
-from costmodel.batch import ConfigBatch
 from costmodel.errors import InputError, did_you_mean
 from optimizer.search.base import SearchOutcome, problem_space, score_batch, space_json
 from search_spaces.enumerate import enumerate_valid
-from search_spaces.rules import Context, check
-from search_spaces.space import SearchSpace, batch_from_choices
+from search_spaces.rules import Context
 
 SAMPLERS = ("auto", "exhaustive", "tpe", "nsga2", "random")
 AUTO_EXHAUSTIVE_MAX = 400_000  # valid configurations that score in about a second
@@ -65,11 +59,3 @@ def run(problem, *, space=None, sampler: str = "auto", trials: int = 300, seed: 
                              requested=sampler, trials=trials, seed=seed,
                              batch_size=batch_size, storage=storage, study_name=study_name,
                              progress=progress, valid=valid)
-
-
-def valid_mask(ctx: Context, batch: ConfigBatch) -> np.ndarray:
-    return check(ctx, batch)
-
-
-def batch_from_params(params: list[dict[str, Any]], world: int, sp: SearchSpace) -> ConfigBatch:
-    return batch_from_choices(params, world, space=sp)

@@ -35,7 +35,6 @@ from optimizer.storage.study import (
     open_study,
     record_heartbeat,
     save_result,
-    study_exists,
 )
 from optimizer.storage.workers import begin_run, end_run, worker_id
 
@@ -44,5 +43,5 @@ __all__ = [
     "begin_run", "count_finished", "end_run", "fail_dead_trials", "fail_trials",
     "finished_states", "library_versions", "load_result", "open_storage", "open_study",
     "quiet_optuna", "record_heartbeat", "redact", "repair_journal", "save_result",
-    "storage_kind", "study_exists", "worker_id",
+    "storage_kind", "worker_id",
 ]

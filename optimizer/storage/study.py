@@ -60,15 +60,6 @@ def library_versions() -> dict[str, str]:
             "numpy_version": numpy.__version__, "cost_model_version": COST_MODEL_VERSION}
 
 
-def study_exists(storage, study_name: str | None) -> bool:
-    """Whether ``storage`` already holds a study called ``study_name``."""
-    import optuna
-
-    if study_name is None:
-        return False
-    return study_name in optuna.get_all_study_names(storage=storage)
-
-
 def open_study(storage, study_name: str | None, sampler, user_attrs: Mapping[str, Any],
                *, check_attrs: Sequence[str] = ("fingerprint",)):
     """Create or load the study ``study_name`` (``load_if_exists=True``) with two objectives

@@ -249,3 +249,31 @@ def test_graph_cluster_keeps_working_and_may_name_a_domain():
     with pytest.raises(InputError) as e:
         load_cluster(doc)
     assert e.value.field == "cluster.graph.graph.gpus_per_domain"
+
+
+def _brute_geometry(groups, unit):
+    cells = [{r // unit for r in g} for g in groups]
+    most = max(max(sum(1 for r in g if r // unit == c) for c in cs)
+               for g, cs in zip(groups, cells, strict=True))
+    return max(len(cs) for cs in cells), most
+
+
+@pytest.mark.parametrize("gpus, hosts_per_domain", [(1, 1), (4, 1), (4, 3), (8, 2), (4, 18)])
+def test_geometry_equals_brute_force_over_every_group(gpus, hosts_per_domain):
+    import numpy as np
+
+    from costmodel import layout as L
+
+    domain = gpus * hosts_per_domain
+    for tp, cp, dp, pp in itertools.product((1, 2, 3, 8), (1, 2), (1, 3, 4), (1, 2, 4)):
+        lay = Layout(tp=tp, cp=cp, dp=dp, pp=pp)
+        for axes in (("tp",), ("cp", "dp"), ("dp",), ("pp",), ("tp", "pp"), ("tp", "cp")):
+            geo = L.group_geometry(gpus, domain, lay, axes)
+            groups = group_ranks(lay, axes)
+            assert (geo.hosts, geo.ranks_per_host) == _brute_geometry(groups, gpus)
+            assert (geo.domains, geo.ranks_per_domain) == _brute_geometry(groups, domain)
+            # the numpy path used for large groups agrees with the plain one
+            offsets, starts = L._offsets_and_starts(lay, axes)
+            rows = sorted({s % domain for s in starts})
+            ranks = np.asarray(rows)[:, None] + np.asarray(offsets)[None, :]
+            assert L._spans_np(ranks, gpus) == L._spans(rows, offsets, gpus)

@@ -8,7 +8,6 @@ import copy
 import importlib.util
 import json
 import re
-import sys
 
 import pytest
 from conftest import assert_valid, run_cli, run_cli_json
@@ -20,17 +19,6 @@ ARGS_65B = ["--model", "65b", "--gpus", "16"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ANSI = re.compile(r"\x1b\[")
 HAS_NCCL_CLI = importlib.util.find_spec("optimizer.cli.nccl") is not None
-
-
-@pytest.fixture(scope="module")
-def front_doc() -> dict:
-    """``optimize --model 65b --gpus 16 --json``, validated as a front document."""
-    return run_cli_json(ARGS_65B, "front")
-
-
-@pytest.fixture(scope="module")
-def recommended(front_doc) -> dict:
-    return front_doc["pareto_front"][front_doc["recommended"]]
 
 
 def flag_values(argv: list[str]) -> dict[str, list[str]]:
@@ -264,133 +252,7 @@ def test_unknown_kind_is_an_input_error():
 
 
 # ---------------------------------------------------------------------------------------------
-# Plot
-def test_plot_writes_a_png(tmp_path):
-    pytest.importorskip("matplotlib", reason="the plot needs the plot extra")
-    png = tmp_path / "front.png"
-    rc, out, err = run_cli([*ARGS_65B, "--plot", str(png)])
-    assert rc == 0, err
-    data = png.read_bytes()
-    assert data[:8] == PNG_MAGIC
-    assert len(data) > 10_000
-    assert "Recommended" in out  # the plot does not replace the report
-    assert [p.name for p in tmp_path.iterdir()] == ["front.png"]  # no temp file left
-
-
-def test_plot_into_a_missing_folder_is_an_input_error(tmp_path, front_doc):
-    pytest.importorskip("matplotlib", reason="the plot needs the plot extra")
-    from optimizer.output.plot import plot_front
-
-    with pytest.raises(InputError, match="does not exist"):
-        plot_front(front_doc, tmp_path / "nowhere" / "front.png")
-    with pytest.raises(InputError, match="unsupported file type"):
-        plot_front(front_doc, tmp_path / "front.jpg")
-
-
-def test_plot_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
-    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends",
-                 "matplotlib.backends.backend_agg", "matplotlib.ticker"):
-        monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
-    rc, _, err = run_cli([*ARGS_65B, "--plot", str(tmp_path / "f.png")])
-    assert rc == 2
-    assert "--plot: matplotlib is not installed" in err
-    assert "pip install 'paraplan[plot]'" in err
-
-
-def test_staircase_is_the_attainable_throughput():
-    from optimizer.output.plot import _staircase
-
-    # points (GiB, tokens/s, index) by increasing memory; the staircase rises at each one
-    pts = [(10.0, 100.0, 2), (20.0, 150.0, 1), (30.0, 180.0, 0)]
-    xs, ys = _staircase(pts)
-    assert xs == [10.0, 20.0, 20.0, 30.0, 30.0]
-    assert ys == [100.0, 100.0, 150.0, 150.0, 180.0]
-
-
-def test_layout_label_names_the_layout():
-    from optimizer.output.plot import layout_label
-
-    cfg = {"tp": 8, "pp": 2, "dp": 1, "micro_batch_size": 2, "schedule": "interleaved",
-           "virtual_stages": 2, "recompute": "full", "sequence_parallel": True, "zero_stage": 1}
-    assert layout_label(cfg) == "tp=8 pp=2 dp=1 mbs=2\ninterleaved/2, full recompute, SP, ZeRO-1"
-
-
-# ---------------------------------------------------------------------------------------------
-# Scheduler files
-def test_emit_slurm_for_two_nodes():
-    rc, out, err = run_cli([*ARGS_65B, "--emit", "slurm"])
-    assert rc == 0, err
-    assert out.startswith("#!/bin/bash\n")
-    assert "#SBATCH --nodes=2" in out  # 16 GPUs = 2 nodes of 8
-    assert "#SBATCH --gpus-per-node=8" in out
-    assert "srun torchrun --nnodes 2 --nproc-per-node 8" in out
-
-
-def test_emit_k8s_is_a_pytorchjob():
-    yaml = pytest.importorskip("yaml")
-    rc, out, err = run_cli([*ARGS_65B, "--emit", "k8s"])
-    assert rc == 0, err
-    job = yaml.safe_load(out)
-    assert job["kind"] == "PyTorchJob"
-    assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1  # 2 nodes: 1 + 1
-
-
-def test_emit_rebuilds_exactly_what_the_api_would_launch():
-    from optimizer import launch
-    from optimizer.api import optimize
-    from optimizer.launch.files import emit_for_doc, specs_from_doc
-
-    res = optimize("65b", 16)
-    doc = res.to_dict()
-    p, cfg = res.problem, res.recommended.config
-    assert emit_for_doc(doc, "slurm") == launch.slurm_script(p.model, p.cluster, p.training, cfg)
-    assert emit_for_doc(doc, "k8s") == launch.k8s_yaml(p.model, p.cluster, p.training, cfg)
-    model, cluster, training = specs_from_doc(doc)
-    assert model == p.model and training == p.training
-    assert (cluster.num_nodes, cluster.gpus_per_node, cluster.gpu) == \
-        (p.cluster.num_nodes, p.cluster.gpus_per_node, p.cluster.gpu)
-
-
-def test_emit_from_a_broken_document_is_an_input_error(front_doc):
-    from optimizer.launch.files import emit_for_doc
-
-    with pytest.raises(InputError, match="did you mean 'slurm'"):
-        emit_for_doc(front_doc, "slurn")
-    doc = copy.deepcopy(front_doc)
-    doc["recommended"] = 99
-    with pytest.raises(InputError, match="recommended"):
-        emit_for_doc(doc, "slurm")
-    doc = copy.deepcopy(front_doc)
-    del doc["inputs"]["model"]["num_layers"]
-    with pytest.raises(InputError, match="inputs.model"):
-        emit_for_doc(doc, "slurm")
-
-
-# ---------------------------------------------------------------------------------------------
-# Human output
-def test_human_output_has_table_and_recommendation(monkeypatch):
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
-    rc, out, err = run_cli(ARGS_65B)
-    assert rc == 0, err
-    assert re.search(r"^\s*#\s+tp\s+pp\s+dp\s+mbs\s+m\s+schedule\s+recompute", out, re.M)
-    assert "tokens/s" in out and "peak GiB" in out
-    assert "Recommended: #" in out
-    assert "Megatron-LM: --tensor-model-parallel-size" in out
-    assert not ANSI.search(out)  # stdout is not a terminal: plain text
-
-
-def test_no_color_wins_over_force_color(monkeypatch):
-    monkeypatch.setenv("FORCE_COLOR", "1")
-    monkeypatch.delenv("NO_COLOR", raising=False)
-    _, coloured, _ = run_cli(ARGS_65B)
-    assert ANSI.search(coloured), "FORCE_COLOR should colour (else this test proves nothing)"
-    monkeypatch.setenv("NO_COLOR", "1")
-    rc, out, err = run_cli(ARGS_65B)
-    assert rc == 0, err
-    assert not ANSI.search(out)
-    assert "Recommended" in out
-
-
+# Flags into the document
 def test_training_flags_on_the_command_line():
     # --tp-comm-overlap and --framework land in inputs.training (and the fingerprint); TP
     # overlap makes the fastest sequence-parallel layout faster, never slower.

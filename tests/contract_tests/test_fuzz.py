@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import DATA, ROOT
 from hypothesis import HealthCheck, given, settings
 
 from costmodel import loaders
 from costmodel.errors import InputError
 from optimizer import studies
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_PER_PARSER = 300
 
 
@@ -152,7 +152,7 @@ def test_bad_graph_node_id_is_input_error(node_id):
 
     from costmodel.loaders import load_cluster
 
-    doc = json.loads((ROOT / "tests" / "data" / "cluster_graph.json").read_text())
+    doc = json.loads((DATA / "cluster_graph.json").read_text())
     doc["nodes"][0]["id"] = node_id
     with pytest.raises(InputError) as e:
         load_cluster(doc)
@@ -167,7 +167,7 @@ def test_non_string_graph_attribute_names_are_input_errors(where):
 
     from costmodel.loaders import load_cluster
 
-    doc = json.loads((ROOT / "tests" / "data" / "cluster_graph.json").read_text())
+    doc = json.loads((DATA / "cluster_graph.json").read_text())
     items = doc[where] if where in doc else doc["links"]
     items[0][1] = "x"
     with pytest.raises(InputError) as e:
@@ -179,7 +179,7 @@ def test_nccl_tests_binary_file_is_input_error(tmp_path):
     # load_nccl_tests caught OSError only; Path.read_text raised UnicodeDecodeError
     nccl_tests = pytest.importorskip("costmodel.nccl_tests")
     f = tmp_path / "all_reduce_perf.txt"
-    f.write_bytes((ROOT / "tests" / "data" / "garbage.bin").read_bytes())
+    f.write_bytes((DATA / "garbage.bin").read_bytes())
     with pytest.raises(InputError) as e:
         nccl_tests.load_nccl_tests(f)
     assert e.value.field == "nccl_tests"
@@ -306,7 +306,7 @@ def test_deeply_nested_json_file_is_input_error(tmp_path, section):
 
     doc: dict = {"name": "x", "source": _deep_list()}
     if section == "graph":
-        doc = json.loads((ROOT / "tests" / "data" / "cluster_graph.json").read_text())
+        doc = json.loads((DATA / "cluster_graph.json").read_text())
         doc["nodes"][0]["id"] = _deep_list(500)  # json.dumps itself recurses
     else:
         doc["source"] = _deep_list(500)
@@ -334,7 +334,7 @@ def test_deeply_nested_mapping_is_input_error(section, make):
         elif section == "graph":
             from costmodel.topology import cluster_from_graph
 
-            doc = json.loads((ROOT / "tests" / "data" / "cluster_graph.json").read_text())
+            doc = json.loads((DATA / "cluster_graph.json").read_text())
             doc["nodes"][0]["id"] = deep
             cluster_from_graph(doc)
         else:
@@ -358,3 +358,10 @@ def test_shared_yaml_aliases_are_not_expanded_by_the_depth_check():
     assert len(doc["a11"]) == 10
     with pytest.raises(InputError, match="levels deep"):  # a self-referencing alias
         loaders.parse_document("a: &x [*x]", field="x")
+
+
+@pytest.mark.parametrize("value", [None, 1, "x", 1.5, True, [], {}, (), [1, {"a": [2]}]])
+def test_nesting_check_accepts_shallow_values(value):
+    from costmodel.errors import check_nesting
+
+    check_nesting("x", value)

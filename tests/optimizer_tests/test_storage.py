@@ -11,11 +11,11 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
+from conftest import ROOT
 from optuna.storages import InMemoryStorage, JournalStorage, RDBStorage
 from optuna.trial import TrialState
 
@@ -30,7 +30,6 @@ from optimizer.storage import study as st_study
 from search_spaces.enumerate import enumerate_valid
 from search_spaces.rules import Context
 
-ROOT = Path(__file__).resolve().parents[1]
 PG_URL = os.environ.get("PARAPLAN_TEST_POSTGRES",
                         "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("PARAPLAN_TEST_REDIS", "redis://127.0.0.1:6379/0")

@@ -8,13 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import DATA, ROOT
 
 from costmodel.errors import InfeasibleError, InputError
 from optimizer import cli
 from optimizer.studies import load_study_file, report_study, resolve_storage, run_study
 
-REPO = Path(__file__).resolve().parent.parent
-STUDIES = sorted((REPO / "studies").glob("*.yaml"))
+STUDIES = sorted((ROOT / "studies").glob("*.yaml"))
 
 # A small study: LLaMA-7B on one node of 8 A100-80GB, a space of a few hundred points.
 SMALL = """\
@@ -138,7 +138,7 @@ def test_yaml_tags_are_not_executed(tmp_path):
 
 def test_binary_garbage_is_rejected(tmp_path):
     path = tmp_path / "garbage.yaml"
-    path.write_bytes((REPO / "tests" / "data" / "garbage.bin").read_bytes())
+    path.write_bytes((DATA / "garbage.bin").read_bytes())
     with pytest.raises(InputError) as info:
         load_study_file(path)
     assert info.value.field == "study"
@@ -380,7 +380,7 @@ def test_shipped_study_loads_and_is_documented(path):
     assert study.name == path.stem == study.study_name
     assert study.storage == str(path.with_suffix(".journal").resolve())
     assert study.description
-    readme = (REPO / "studies" / "README.md").read_text()
+    readme = (ROOT / "studies" / "README.md").read_text()
     assert f"`{path.name}`" in readme, f"{path.name} has no entry in studies/README.md"
 
 
