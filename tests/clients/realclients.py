@@ -30,13 +30,21 @@ MEGATRON_TAG = "core_v0.16.1"
 TE_VERSION = "2.10.0"
 
 
+def missing(reason: str) -> None:
+    """Skip for a missing client, or fail where CI requires the clients
+    (``PARAPLAN_REQUIRE_CLIENTS=1``, set by ``.ci/run``)."""
+    if os.environ.get("PARAPLAN_REQUIRE_CLIENTS") == "1":
+        pytest.fail(f"PARAPLAN_REQUIRE_CLIENTS=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 def require(module: str) -> Any:
     """Import ``module`` or skip the test, naming what is missing."""
     try:
         return importlib.import_module(module)
     except Exception as e:  # noqa: BLE001 - an import of a client may fail in many ways
-        pytest.skip(f"client {module!r} not importable ({type(e).__name__}: {e}); "
-                    "install the 'clients' extra (see docs/launch-targets.md)")
+        missing(f"client {module!r} not importable ({type(e).__name__}: {e}); "
+                "install the 'clients' extra (see docs/launch-targets.md)")
 
 
 def _cache_dir() -> Path:
@@ -126,8 +134,8 @@ def megatron() -> Any:
     require("torch")
     tree = megatron_tree()
     if tree is None:
-        pytest.skip(f"no Megatron-LM tree: set PARAPLAN_MEGATRON_TREE or provide "
-                    f"{MEGATRON_TARBALL}")
+        missing(f"no Megatron-LM tree: set PARAPLAN_MEGATRON_TREE or provide "
+                f"{MEGATRON_TARBALL}")
     if "megatron.rl" not in sys.modules:
         rl = types.ModuleType("megatron.rl")
         rl.__path__ = []
@@ -148,7 +156,7 @@ def megatron() -> Any:
             arguments = importlib.import_module("megatron.training.arguments")
             core_utils = importlib.import_module("megatron.core.utils")
         except Exception as e:  # noqa: BLE001
-            pytest.skip(f"Megatron-LM tree at {tree} does not import: {type(e).__name__}: {e}")
+            missing(f"Megatron-LM tree at {tree} does not import: {type(e).__name__}: {e}")
     from packaging.version import Version
 
     core_utils._te_version = Version(TE_VERSION)  # Transformer Engine is CUDA-only
@@ -196,10 +204,10 @@ def nccl_tuner_plugin() -> Path:
 
     src = NCCL_TUNER_DIR / "plugin.c"
     if not src.is_file():
-        pytest.skip(f"no NCCL example tuner plugin at {NCCL_TUNER_DIR}")
+        missing(f"no NCCL example tuner plugin at {NCCL_TUNER_DIR}")
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.skip("no C compiler (cc) to build NCCL's example tuner plugin")
+        missing("no C compiler (cc) to build NCCL's example tuner plugin")
     out = _cache_dir() / "nccl-tuner-example" / "libnccl-tuner-example.so"
     if not out.is_file() or out.stat().st_mtime < src.stat().st_mtime:
         out.parent.mkdir(parents=True, exist_ok=True)
