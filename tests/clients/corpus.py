@@ -134,3 +134,55 @@ def bundles() -> tuple[tuple[Scenario, Any], ...]:
     from optimizer.api import evaluate
 
     return tuple((s, evaluate(s.run(), memory_limit_gib=1000)) for s in SCENARIOS)
+
+
+# Searches as a user runs them: every distinct front point's bundle is checked too.
+FRONT_RUNS: dict[str, dict[str, Any]] = {
+    "llama3-8b-16xh100": dict(model="llama3-8b", gpus=16, gpu="h100-sxm-80gb", seq_length=4096,
+                              global_batch_size=256),
+    "llama2-70b-64xa100-deepspeed": dict(model="llama2-70b", gpus=64, training={
+        "framework": "deepspeed", "seq_length": 4096, "global_batch_size": 512}),
+    "gpt-7.5b-32xa100-fsdp": dict(model="gpt-7.5b", gpus=32, training={"framework": "fsdp"}),
+    "llama3-405b-1024xh100": dict(model="llama3-405b", gpus=1024, gpu="h100-sxm-80gb",
+                                  seq_length=8192, global_batch_size=2048),
+    "llama-13b-16xb200": dict(model="llama-13b", gpus=16, gpu="b200", seq_length=4096,
+                              global_batch_size=512),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """What a client test needs of a scored point: the problem and the candidate."""
+
+    problem: Any
+    candidate: Any
+
+
+@cache
+def fronts() -> dict[str, tuple[Case, ...]]:
+    """Distinct Pareto-front points of each FRONT_RUNS search (optimizer.api.optimize)."""
+    from optimizer.api import optimize
+
+    out = {}
+    for name, kw in FRONT_RUNS.items():
+        r = optimize(trials=120, seed=0, **kw)
+        seen, cases = set(), []
+        for c in r.pareto_front:
+            key = tuple(sorted(c.config.as_dict().items()))
+            if key not in seen:
+                seen.add(key)
+                cases.append(Case(r.problem, c))
+        out[name] = tuple(cases)
+    return out
+
+
+def run_all(cases, check) -> None:
+    """Run ``check(case)`` on every case; fail once, listing every failing point."""
+    failures = []
+    for case in cases:
+        try:
+            check(case)
+        except Exception as e:  # noqa: BLE001 - collect every failure, then report
+            failures.append(f"{case.candidate.config.as_dict()}: {type(e).__name__}: {e}")
+    assert not failures, f"{len(failures)} of {len(cases)} points fail:\n" + "\n".join(
+        failures[:10])

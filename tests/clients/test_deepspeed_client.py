@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 import realclients as rc
-from corpus import SCENARIOS, bundles
+from corpus import FRONT_RUNS, SCENARIOS, bundles, fronts, run_all
 
 
 class _Mpu:
@@ -38,17 +38,29 @@ def corpus():
     return dict((s.name, (s, r)) for s, r in bundles())
 
 
-@pytest.mark.parametrize("name", [s.name for s in SCENARIOS])
-def test_deepspeed_config_parses_to_the_scored_run(ds, corpus, name, monkeypatch):
-    DeepSpeedConfig, ZeroStageEnum = ds
-    _, result = corpus[name]
-    c, training = result.candidate.config, result.problem.training
-    launch = result.candidate.launch
-    # rank 0 of an initialised job (DeepSpeedConfig asks deepspeed.comm for its rank and
-    # otherwise falls back to a world of one): a stand-in for the process group only
+@pytest.fixture
+def rank0(monkeypatch):
+    """Rank 0 of an initialised job (DeepSpeedConfig asks deepspeed.comm for its rank and
+    otherwise falls back to a world of one): a stand-in for the process group only."""
     import deepspeed.runtime.config as dsc
 
     monkeypatch.setattr(dsc.dist, "get_rank", lambda *a, **k: 0)
+
+
+@pytest.mark.parametrize("name", [s.name for s in SCENARIOS])
+def test_deepspeed_config_parses_to_the_scored_run(ds, corpus, name, rank0):
+    check_deepspeed(ds, corpus[name][1])
+
+
+@pytest.mark.parametrize("run", list(FRONT_RUNS))
+def test_deepspeed_accepts_every_front_point(ds, corpus, run, rank0):
+    run_all(fronts()[run], lambda case: check_deepspeed(ds, case))
+
+
+def check_deepspeed(ds, result):
+    DeepSpeedConfig, ZeroStageEnum = ds
+    c, training = result.candidate.config, result.problem.training
+    launch = result.candidate.launch
     cfg = DeepSpeedConfig(dict(launch["deepspeed_config"]), mpu=_Mpu(c.dp))
     assert cfg.world_size == c.dp
     m = training.global_batch_size // (c.micro_batch_size * c.dp)

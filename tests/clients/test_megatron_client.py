@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import realclients as rc
-from corpus import SCENARIOS, bundles
+from corpus import FRONT_RUNS, SCENARIOS, bundles, fronts, run_all
 
 from optimizer.launch.model_facts import model_facts
 
@@ -28,7 +28,15 @@ def _scored(result):
 
 @pytest.mark.parametrize("name", [s.name for s in SCENARIOS])
 def test_megatron_accepts_and_parses_the_scored_run(corpus, name):
-    scenario, result = corpus[name]
+    check_megatron(corpus[name][1])
+
+
+@pytest.mark.parametrize("run", list(FRONT_RUNS))
+def test_megatron_accepts_every_front_point(corpus, run):
+    run_all(fronts()[run], check_megatron)
+
+
+def check_megatron(result):
     model, cluster, training, c = _scored(result)
     launch = result.candidate.launch
     target = launch["targets"]["megatron"]

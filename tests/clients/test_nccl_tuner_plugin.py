@@ -13,7 +13,7 @@ import re
 
 import pytest
 import realclients as rc
-from corpus import SCENARIOS, bundles
+from corpus import FRONT_RUNS, SCENARIOS, bundles, fronts, run_all
 
 from optimizer.launch.tuner import nccl_tuner_csv
 
@@ -86,6 +86,15 @@ def _rows(csv: str):
 @pytest.mark.parametrize("name", [s.name for s in SCENARIOS])
 def test_tuner_csv_selects_what_the_model_scored(plugin, name, tmp_path, monkeypatch):
     _, result = dict((s.name, (s, r)) for s, r in bundles())[name]
+    check_tuner(plugin, result, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("run", list(FRONT_RUNS))
+def test_tuner_csv_of_every_front_point(plugin, run, tmp_path, monkeypatch):
+    run_all(fronts()[run], lambda case: check_tuner(plugin, case, tmp_path, monkeypatch))
+
+
+def check_tuner(plugin, result, tmp_path, monkeypatch):
     p = result.problem
     csv = nccl_tuner_csv(p.model, p.cluster, p.training, result.candidate.config)
     # the plugin reads lines in 256-byte pieces: a longer line would be split into two

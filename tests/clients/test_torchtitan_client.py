@@ -9,10 +9,11 @@ import contextlib
 import io
 import logging
 import sys
+from pathlib import Path
 
 import pytest
 import realclients as rc
-from corpus import SCENARIOS, bundles
+from corpus import FRONT_RUNS, SCENARIOS, bundles, fronts, run_all
 
 from costmodel.schedule import stage_layers
 from optimizer.launch.flags import TORCHTITAN_MODULE
@@ -37,10 +38,11 @@ def corpus():
     return dict((s.name, (s, r)) for s, r in bundles())
 
 
-def _parse(ConfigManager, launch, tmp_path, name, cc):
+def _parse(ConfigManager, launch, tmp_path, cc):
     """Save the bundle's config module as paraplan_torchtitan.py and parse the arguments."""
-    d = tmp_path / name
-    d.mkdir()
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(dir=tmp_path))
     (d / f"{TORCHTITAN_MODULE}.py").write_text(launch["torchtitan_config"])
     sys.path.insert(0, str(d))
     sys.modules.pop(TORCHTITAN_MODULE, None)
@@ -59,12 +61,19 @@ def _stage_layers(parts):
 
 @pytest.mark.parametrize("name", [s.name for s in SCENARIOS])
 def test_torchtitan_accepts_and_parses_the_scored_run(titan, corpus, name, tmp_path):
+    check_torchtitan(titan, corpus[name][1], tmp_path)
+
+
+@pytest.mark.parametrize("run", list(FRONT_RUNS))
+def test_torchtitan_accepts_every_front_point(titan, corpus, run, tmp_path):
+    run_all(fronts()[run], lambda case: check_torchtitan(titan, case, tmp_path))
+
+
+def check_torchtitan(titan, result, tmp_path):
     ConfigManager, ParallelDims, pipe, ac, f8 = titan
-    _, result = corpus[name]
     model, training, c = result.problem.model, result.problem.training, result.candidate.config
     launch = result.candidate.launch
-    cfg = _parse(ConfigManager, launch, tmp_path, name,
-                 result.problem.cluster.gpu.compute_capability)
+    cfg = _parse(ConfigManager, launch, tmp_path, result.problem.cluster.gpu.compute_capability)
     par = cfg.parallelism
     dims = ParallelDims.from_config(par, c.world_size)  # validates the degrees
     fsdp = c.zero_stage >= 2
