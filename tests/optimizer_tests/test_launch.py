@@ -598,3 +598,95 @@ def test_k8s_single_node_has_no_workers_and_yaml_round_trips():
     four = k8s_yaml(LLAMA_65B, ClusterSpec("4n", 4, 8, A100), TRAIN, cfg(pp=8))
     assert "&id" not in four and yaml.safe_load(four)["spec"]["pytorchReplicaSpecs"][
         "Worker"]["replicas"] == 3
+
+
+# ------------------------------------------------------------------------ model definition
+def _catalog(name):
+    from costmodel.models_catalog import get_model
+
+    return get_model(name)
+
+
+@pytest.mark.parametrize(("name", "base", "eps", "scaling"), [
+    ("llama-7b", "10000", "1e-06", False), ("llama2-70b", "10000", "1e-05", False),
+    ("llama3-8b", "500000", "1e-05", False), ("llama3-405b", "500000", "1e-05", True)])
+def test_megatron_rotary_base_epsilon_and_rope_scaling(name, base, eps, scaling):
+    m = _catalog(name)
+    cl = ClusterSpec("big", 128, 8, H100)
+    args = megatron_args(m, cl, TrainingSpec(4096, 1024), cfg(tp=8, pp=2, dp=1))
+    assert value(args, "--rotary-base") == base and value(args, "--norm-epsilon") == eps
+    assert ("--use-rope-scaling" in args) == scaling
+    if scaling:
+        assert value(args, "--rope-scaling-factor") == "8"
+    assert value(args, "--attention-dropout") == value(args, "--hidden-dropout") == "0"
+
+
+def test_megatron_dropout_follows_the_scored_training():
+    args = megatron_args(LLAMA_65B, CLUSTER, TrainingSpec(2048, 1024, dropout=True), BASE)
+    assert value(args, "--attention-dropout") == value(args, "--hidden-dropout") == "0.1"
+
+
+def test_megatron_learned_positions_have_no_rotary_flags():
+    args = megatron_args(GPT_1B, CLUSTER, TRAIN, BASE)
+    assert value(args, "--position-embedding-type") == "learned_absolute"
+    assert "--rotary-base" not in args
+
+
+def test_megatron_fsdp_checkpoint_format_and_fp8_recipe_by_gpu():
+    args = megatron_args(LLAMA_65B, CLUSTER, TRAIN, cfg(tp=1, pp=1, dp=16, zero_stage=3))
+    assert value(args, "--ckpt-format") == "fsdp_dtensor"
+    blackwell = ClusterSpec("b", 2, 8, B200)
+    args = megatron_args(LLAMA_65B, blackwell, TRAIN, cfg(precision="fp8"))
+    assert value(args, "--fp8-recipe") == "mxfp8" and value(args, "--fp8-format") == "e4m3"
+
+
+def test_tf32_sets_the_pytorch_override():
+    env = launch_env(CLUSTER, cfg(precision="tf32"))
+    assert env["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] == "1"
+    assert "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE" not in launch_env(CLUSTER, BASE)
+
+
+def test_encoder_targets_pretrain_bert():
+    b = launch_bundle(_catalog("bert-large"), CLUSTER, TrainingSpec(512, 1024), cfg(tp=1, pp=1,
+                                                                                 dp=16))
+    assert b["targets"]["megatron"]["script"] == "pretrain_bert.py"
+    assert any("encoder" in w for w in b["warnings"])
+    assert not b["targets"]["torchtitan"]["supported"]
+
+
+def test_alibi_model_is_refused_by_megatron():
+    bloom = ModelSpec("bloom-like", num_layers=4, hidden_size=1024, num_attention_heads=16,
+                      ffn_hidden_size=4096, vocab_size=250880, linear_bias=True,
+                      normalization="layernorm", tied_embeddings=True,
+                      source="Hugging Face config.json (model_type 'bloom')")
+    b = launch_bundle(bloom, CLUSTER, TRAIN, cfg(tp=1, pp=1, dp=16))
+    assert b["megatron_args"] == [] and not b["targets"]["megatron"]["supported"]
+    assert any("ALiBi" in w for w in b["warnings"])
+
+
+def test_hf_defaults_are_flagged_as_not_read_from_the_checkpoint():
+    from optimizer.launch.model_facts import model_facts
+
+    qwen = ModelSpec("qwen3-x", num_layers=4, hidden_size=1024, num_attention_heads=16,
+                     ffn_hidden_size=4096, vocab_size=151936, gated_mlp=True,
+                     source="Hugging Face config.json (model_type 'qwen3')")
+    facts = model_facts(qwen)
+    assert facts.qk_norm and not facts.exact
+    assert "--qk-layernorm" in megatron_args(qwen, CLUSTER, TRAIN, cfg(tp=1, pp=1, dp=16))
+    w = launch_warnings(cfg(tp=1, pp=1, dp=16), model=qwen)
+    assert any("check them against the checkpoint" in x for x in w)
+
+
+def test_deepspeed_pipeline_with_zero2_is_marked_unsupported():
+    b = launch_bundle(LLAMA_65B, CLUSTER, TRAIN, cfg(tp=2, pp=2, dp=4, zero_stage=2))
+    assert not b["targets"]["deepspeed"]["supported"]
+    assert b["targets"]["megatron"]["supported"]
+
+
+def test_torchtitan_config_module_carries_the_model():
+    src = launch_bundle(_catalog("llama3-405b"), ClusterSpec("big", 128, 8, H100),
+                        TrainingSpec(4096, 1024), cfg(tp=8, pp=16, dp=8, zero_stage=3,
+                                                      precision="fp8"))["torchtitan_config"]
+    compile(src, "paraplan_torchtitan.py", "exec")
+    assert "'rope_theta': 500000.0" in src and "'rope_scaling': 'llama'" in src
+    assert "FLOAT8 = True" in src and "'n_layers': 126" in src
