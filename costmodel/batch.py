@@ -1,97 +1,89 @@
 """Configurations as columns of numpy arrays: the cost model's only input format.
 
 Scoring one configuration is a batch of one, so the exhaustive path and the Optuna path go
-through the same vectorised code. Categorical fields are stored as integer codes into the
-tuples of :mod:`costmodel.specs`; NCCL algorithm/protocol strings (which may be per-collective
-forms such as ``allreduce:tree;allgather:ring``) are codes into the batch's own tables.
+through the same vectorised code. ``ConfigBatch`` is generated from the dimensions declared on
+:class:`costmodel.specs.ParallelConfig` (:data:`costmodel.specs.PARALLEL_DIMENSIONS`): one
+column per dimension, named like the field (``batch.tp``, ``batch.precision``, ...). INT
+dimensions are int64 columns, BOOL ones bool columns, CHOICE ones int64 codes into their
+vocabulary tuple (``PRECISIONS``, ...; the codes are the members of ``Precision``,
+``Recompute``, ``Schedule``), and STRING ones (NCCL algorithm/protocol strings, which may be
+per-collective forms such as ``allreduce:tree;allgather:ring``) int64 codes into the batch's
+own table, the field ``<name>_table`` (``nccl_algo_table``, ``nccl_proto_table``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import field, make_dataclass
+from typing import Any
 
 import numpy as np
 
-from costmodel.specs import PRECISIONS, RECOMPUTE, SCHEDULES, ParallelConfig
+from costmodel.dimensions import Dimension
+from costmodel.specs import PARALLEL_DIMENSIONS, ParallelConfig
 
-INT_FIELDS = ("tp", "pp", "dp", "micro_batch_size", "zero_stage", "virtual_stages")
+#: Dimensions stored as codes into a per-batch string table, and their table fields.
+TABLE_DIMENSIONS: tuple[Dimension, ...] = tuple(d for d in PARALLEL_DIMENSIONS
+                                                if d.table_name is not None)
+TABLE_FIELDS: tuple[str, ...] = tuple(d.table_name for d in TABLE_DIMENSIONS)
+#: The integer-valued (INT kind) columns.
+INT_FIELDS: tuple[str, ...] = tuple(d.name for d in PARALLEL_DIMENSIONS if d.kind == "int")
 
 
-@dataclass(frozen=True)
-class ConfigBatch:
-    """n configurations, one array per field (all of length n)."""
+class _ConfigBatchMethods:
+    """The methods of :class:`ConfigBatch` (its fields are generated below)."""
 
-    tp: np.ndarray
-    pp: np.ndarray
-    dp: np.ndarray
-    micro_batch_size: np.ndarray
-    precision: np.ndarray  # code into PRECISIONS
-    recompute: np.ndarray  # code into RECOMPUTE
-    sequence_parallel: np.ndarray  # bool
-    zero_stage: np.ndarray
-    schedule: np.ndarray  # code into SCHEDULES
-    virtual_stages: np.ndarray
-    nccl_algo: np.ndarray  # code into nccl_algo_table
-    nccl_proto: np.ndarray  # code into nccl_proto_table
-    nccl_algo_table: tuple[str, ...] = ("auto",)
-    nccl_proto_table: tuple[str, ...] = ("auto",)
+    __slots__ = ()
 
     def __len__(self) -> int:
-        return int(self.tp.shape[0])
+        return int(getattr(self, PARALLEL_DIMENSIONS[0].name).shape[0])
 
     @classmethod
-    def from_columns(cls, *, nccl_algo_table: Sequence[str] = ("auto",),
-                     nccl_proto_table: Sequence[str] = ("auto",), **cols: np.ndarray
-                     ) -> ConfigBatch:
-        n = len(cols["tp"])
+    def from_columns(cls, **cols: Any) -> ConfigBatch:
+        """A batch from columns (arrays or sequences of column entries) and, for STRING
+        dimensions, ``<name>_table=`` string tables (default: the dimension's default alone).
+        A missing column holds the dimension's default."""
+        tables = {t: tuple(cols.pop(t, (d.default,)))
+                  for d, t in zip(TABLE_DIMENSIONS, TABLE_FIELDS, strict=True)}
+        unknown = set(cols) - set(_COLUMN_NAMES)
+        if unknown:
+            raise TypeError(f"unknown ConfigBatch columns: {sorted(unknown)}")
+        n = len(next(iter(cols.values()))) if cols else 0
         out = {}
-        for f in fields(cls):
-            if f.name.endswith("_table"):
-                continue
-            v = cols.get(f.name)
+        for d in PARALLEL_DIMENSIONS:
+            v = cols.get(d.name)
             if v is None:
-                default = {"virtual_stages": 1, "micro_batch_size": 1, "dp": 1, "pp": 1}
-                v = np.full(n, default.get(f.name, 0))
-            dtype = bool if f.name == "sequence_parallel" else np.int64
-            out[f.name] = np.ascontiguousarray(np.asarray(v, dtype=dtype))
-        return cls(**out, nccl_algo_table=tuple(nccl_algo_table),
-                   nccl_proto_table=tuple(nccl_proto_table))
+                v = np.full(n, d.default_code)
+            out[d.name] = np.ascontiguousarray(np.asarray(v, dtype=d.dtype))
+        return cls(**out, **tables)
 
     @classmethod
     def from_configs(cls, configs: Sequence[ParallelConfig]) -> ConfigBatch:
-        algos = tuple(dict.fromkeys(["auto", *(c.nccl_algo for c in configs)]))
-        protos = tuple(dict.fromkeys(["auto", *(c.nccl_proto for c in configs)]))
-        cols = {name: np.array([getattr(c, name) for c in configs], dtype=np.int64)
-                for name in INT_FIELDS}
-        cols["precision"] = np.array([PRECISIONS.index(c.precision) for c in configs])
-        cols["recompute"] = np.array([RECOMPUTE.index(c.recompute) for c in configs])
-        cols["schedule"] = np.array([SCHEDULES.index(c.schedule) for c in configs])
-        cols["sequence_parallel"] = np.array([c.sequence_parallel for c in configs], dtype=bool)
-        cols["nccl_algo"] = np.array([algos.index(c.nccl_algo) for c in configs])
-        cols["nccl_proto"] = np.array([protos.index(c.nccl_proto) for c in configs])
-        return cls.from_columns(nccl_algo_table=algos, nccl_proto_table=protos, **cols)
+        tables = {d.table_name: tuple(dict.fromkeys([d.default,
+                                                     *(getattr(c, d.name) for c in configs)]))
+                  for d in TABLE_DIMENSIONS}
+        cols = {d.name: d.encode((getattr(c, d.name) for c in configs),
+                                 tables.get(d.table_name, ()))
+                for d in PARALLEL_DIMENSIONS}
+        return cls.from_columns(**tables, **cols)
+
+    def tables(self) -> dict[str, tuple[str, ...]]:
+        """``<name>_table`` -> the batch's string table, for each STRING dimension."""
+        return {t: getattr(self, t) for t in TABLE_FIELDS}
 
     def take(self, index: np.ndarray | slice) -> ConfigBatch:
         """A sub-batch (boolean mask, index array or slice)."""
-        cols = {f.name: getattr(self, f.name)[index] for f in fields(self)
-                if not f.name.endswith("_table")}
-        return ConfigBatch(**cols, nccl_algo_table=self.nccl_algo_table,
-                           nccl_proto_table=self.nccl_proto_table)
+        cols = {n: getattr(self, n)[index] for n in _COLUMN_NAMES}
+        return type(self)(**cols, **self.tables())
+
+    def row(self, i: int) -> dict[str, Any]:
+        """Configuration ``i`` as plain values per dimension (unvalidated: a rule may break)."""
+        return {d.name: d.decode(getattr(self, d.name)[i],
+                                 getattr(self, d.table_name) if d.table_name else ())
+                for d in PARALLEL_DIMENSIONS}
 
     def config(self, i: int) -> ParallelConfig:
-        return ParallelConfig(
-            tp=int(self.tp[i]), pp=int(self.pp[i]), dp=int(self.dp[i]),
-            micro_batch_size=int(self.micro_batch_size[i]),
-            precision=PRECISIONS[int(self.precision[i])],
-            recompute=RECOMPUTE[int(self.recompute[i])],
-            sequence_parallel=bool(self.sequence_parallel[i]),
-            zero_stage=int(self.zero_stage[i]),
-            schedule=SCHEDULES[int(self.schedule[i])],
-            virtual_stages=int(self.virtual_stages[i]),
-            nccl_algo=self.nccl_algo_table[int(self.nccl_algo[i])],
-            nccl_proto=self.nccl_proto_table[int(self.nccl_proto[i])],
-        )
+        return ParallelConfig(**self.row(i))
 
     def configs(self) -> list[ParallelConfig]:
         return [self.config(i) for i in range(len(self))]
@@ -99,10 +91,29 @@ class ConfigBatch:
     @staticmethod
     def concat(batches: Sequence[ConfigBatch]) -> ConfigBatch:
         first = batches[0]
-        if any(b.nccl_algo_table != first.nccl_algo_table
-               or b.nccl_proto_table != first.nccl_proto_table for b in batches):
+        if any(b.tables() != first.tables() for b in batches):
             raise ValueError("cannot concatenate batches with different NCCL tables")
-        cols = {f.name: np.concatenate([getattr(b, f.name) for b in batches])
-                for f in fields(ConfigBatch) if not f.name.endswith("_table")}
-        return ConfigBatch(**cols, nccl_algo_table=first.nccl_algo_table,
-                           nccl_proto_table=first.nccl_proto_table)
+        cols = {n: np.concatenate([getattr(b, n) for b in batches]) for n in _COLUMN_NAMES}
+        return ConfigBatch(**cols, **first.tables())
+
+
+_COLUMN_NAMES: tuple[str, ...] = tuple(d.name for d in PARALLEL_DIMENSIONS)
+
+
+def _batch_fields() -> list[tuple[str, Any, Any]]:
+    out: list[tuple[str, Any, Any]] = [
+        (d.name, np.ndarray, field(metadata={"dim": d})) for d in PARALLEL_DIMENSIONS]
+    out += [(t, tuple[str, ...], field(default=(d.default,)))
+            for d, t in zip(TABLE_DIMENSIONS, TABLE_FIELDS, strict=True)]
+    return out
+
+
+#: n configurations, one array per dimension (all of length n), plus the STRING dimensions'
+#: tables. Frozen; built with :meth:`from_columns` or :meth:`from_configs`.
+ConfigBatch = make_dataclass(
+    "ConfigBatch", _batch_fields(), bases=(_ConfigBatchMethods,), frozen=True,
+    namespace={"__doc__": "n configurations, one array per field (all of length n).",
+               "__module__": __name__})
+
+
+__all__ = ["INT_FIELDS", "TABLE_DIMENSIONS", "TABLE_FIELDS", "ConfigBatch"]

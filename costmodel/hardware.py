@@ -33,9 +33,11 @@ MIB = 2**20
 PCIE_GEN3_X16_BYTES_PER_S = 16e9
 PCIE_GEN4_X16_BYTES_PER_S = 32e9
 PCIE_GEN5_X16_BYTES_PER_S = 64e9
+PCIE_GEN6_X16_BYTES_PER_S = 128e9
 IB_EDR_BYTES_PER_S = 12.5e9  # 100 Gb/s
 IB_HDR_BYTES_PER_S = 25e9  # 200 Gb/s
 IB_NDR_BYTES_PER_S = 50e9  # 400 Gb/s
+IB_XDR_BYTES_PER_S = 100e9  # 800 Gb/s (ConnectX-8)
 ETH_100G_BYTES_PER_S = 12.5e9
 ETH_200G_BYTES_PER_S = 25e9
 ETH_400G_BYTES_PER_S = 50e9
@@ -54,6 +56,22 @@ ROCE_LATENCY_S = 7.0e-6
 
 _NV_A100 = "https://www.nvidia.com/en-us/data-center/a100/ (A100 datasheet)"
 _NV_H100 = "https://www.nvidia.com/en-us/data-center/h100/ (H100 datasheet)"
+
+# The 2026 entries (H800, B300, GB200, GB300, MI325X, MI350X, MI355X) were transcribed on
+# 2026-12-01 without network access: from the vendor pages named in each ``source`` as
+# relayed by shared/reference/modern-training.md section 6 and ecosystem.md section 5, and
+# the driver-reported memory totals from the MLPerf Training v5.1 system descriptions quoted
+# in shared/validation/published_runs_2026.yaml. "(check)" marks a figure no primary source
+# confirmed here (modern-training.md section 9 lists them).
+TRANSCRIBED = "transcribed 2026-12-01 (not re-read at the primary source)"
+_MODERN_REF = "shared/reference/modern-training.md section 6"
+_MLPERF_MEM = ("driver-reported memory from the MLPerf Training v5.1 system description "
+               "(shared/validation/published_runs_2026.yaml hardware.gpu_memory)")
+_NV_GB200 = "https://www.nvidia.com/en-us/data-center/gb200-nvl72/ (GB200 NVL72 spec table)"
+_NV_GB300 = "https://www.nvidia.com/en-us/data-center/gb300-nvl72/ (GB300 NVL72 spec table)"
+_NV_HGX = "https://www.nvidia.com/en-us/data-center/hgx/ (HGX B200 / B300 spec table)"
+_AMD_SPECS = ("https://rocm.docs.amd.com/en/latest/reference/gpu-arch-specs.html (CUs, "
+              "VRAM, clocks)")
 
 # ---- the GPU catalog ----------------------------------------------------------------------
 _GPUS: dict[str, GPUSpec] = {
@@ -192,8 +210,142 @@ _GPUS: dict[str, GPUSpec] = {
             source="AMD Instinct MI300X datasheet https://www.amd.com/en/products/accelerators/"
             f"instinct/mi300/mi300x.html (dense = sparse/2), {ACCESSED}",
         ),
+        GPUSpec(
+            name="h800-sxm-80gb",
+            # the export variant of H100 SXM: same die, clocks and Tensor-Core peaks (FP64 cut),
+            # NVLink cut to 8 links (400 GB/s bidirectional)
+            peak_flops_per_s={"fp32": 66.9e12, "tf32": 494.7e12,
+                              "fp16": 989.4e12, "bf16": 989.4e12, "fp8": 1978.9e12},
+            memory_bytes=81559 * MIB,  # as H100 SXM 80GB HBM3 (assumed; not read on an H800)
+            memory_bandwidth_bytes_per_s=3350e9,
+            nvlink_bandwidth_bytes_per_s=200e9,  # 8 links x 25 GB/s (DeepSeek-V3: ~160 usable)
+            nvlink_links=8,
+            sm_count=132,  # DeepSeek-V3 report section 3.5.1 ("20 out of the 132 SMs")
+            compute_capability=90,
+            pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
+            source="NVIDIA H800 SXM5 product brief (https://www.nvidia.cn/data-center/h800/; "
+            "peaks (check) = H100 SXM, NVLink 400 GB/s bidirectional), DeepSeek-V3 technical "
+            f"report arXiv:2412.19437 section 3.5.1 (132 SMs); {_MODERN_REF}; {TRANSCRIBED}",
+        ),
+        GPUSpec(
+            name="b300",
+            # HGX B300 (Blackwell Ultra, 1100 W): dense BF16 2.25, FP8 4.5, FP4 13.5 PFLOP/s per
+            # GPU (108 PF dense FP4 per 8 GPUs; fp4 in FP4_DENSE_PEAK_FLOPS_PER_S below); TF32
+            # and FP32 as B200 (check)
+            peak_flops_per_s={"fp32": 75.0e12, "tf32": 1100.0e12,
+                              "fp16": 2250.0e12, "bf16": 2250.0e12, "fp8": 4500.0e12},
+            memory_bytes=275040 * MIB,  # nvidia-smi total (288 GB HBM3e, "B300-SXM-270GB")
+            memory_bandwidth_bytes_per_s=8000e9,
+            nvlink_bandwidth_bytes_per_s=900e9,  # NVLink5 1.8 TB/s bidirectional, 18 links
+            nvlink_links=18,
+            sm_count=160,  # (check): Blackwell Ultra, 2 dies x 80 SMs
+            compute_capability=103,  # sm_103
+            pcie_bandwidth_bytes_per_s=PCIE_GEN6_X16_BYTES_PER_S,
+            source=f"{_NV_HGX} HGX B300 column and https://www.nvidia.com/en-us/data-center/"
+            f"dgx-b300/; dense = sparse/2; {_MLPERF_MEM}; {_MODERN_REF}; {TRANSCRIBED}",
+        ),
+        GPUSpec(
+            name="gb200",
+            # one Blackwell GPU of a GB200 superchip in an NVL72 rack (1200 W): NVL72 totals
+            # / 72 -- dense TF32 1.25, BF16 2.5, FP8 5, FP4 10 PFLOP/s, FP32 80 TFLOP/s
+            peak_flops_per_s={"fp32": 80.0e12, "tf32": 1250.0e12,
+                              "fp16": 2500.0e12, "bf16": 2500.0e12, "fp8": 5000.0e12},
+            memory_bytes=189471 * MIB,  # nvidia-smi total (186 GB HBM3e)
+            memory_bandwidth_bytes_per_s=8000e9,  # 576 TB/s per rack / 72
+            nvlink_bandwidth_bytes_per_s=900e9,  # 130 TB/s per rack / 72, bidirectional, halved
+            nvlink_links=18,
+            sm_count=148,  # (check): as B200
+            compute_capability=100,
+            # the GPU's host link is NVLink-C2C to Grace; NICs (ConnectX-7) sit on PCIe Gen5
+            pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
+            source=f"{_NV_GB200}, per GPU = rack / 72, dense = sparse/2; {_MLPERF_MEM}; "
+            f"{_MODERN_REF}; {TRANSCRIBED}",
+        ),
+        GPUSpec(
+            name="gb300",
+            # one Blackwell Ultra GPU of a GB300 NVL72 rack (1400 W): dense TF32 1.25, BF16 2.5,
+            # FP8 5, FP4 15 PFLOP/s (1,080 PF dense FP4 per rack); FP32 (check)
+            peak_flops_per_s={"fp32": 80.0e12, "tf32": 1250.0e12,
+                              "fp16": 2500.0e12, "bf16": 2500.0e12, "fp8": 5000.0e12},
+            memory_bytes=284208 * MIB,  # nvidia-smi total (288 GB HBM3e)
+            memory_bandwidth_bytes_per_s=8000e9,
+            nvlink_bandwidth_bytes_per_s=900e9,
+            nvlink_links=18,
+            sm_count=160,  # (check)
+            compute_capability=103,
+            pcie_bandwidth_bytes_per_s=PCIE_GEN6_X16_BYTES_PER_S,  # ConnectX-8 is PCIe Gen6
+            source=f"{_NV_GB300}, per GPU = rack / 72, dense = sparse/2; {_MLPERF_MEM}; "
+            f"{_MODERN_REF}; {TRANSCRIBED}",
+        ),
+        GPUSpec(
+            name="mi325x",
+            # MI300X's compute die and clocks (304 CUs, 2.1 GHz) with 256 GB HBM3E
+            peak_flops_per_s={"fp32": 163.4e12, "tf32": 653.7e12,
+                              "fp16": 1307.4e12, "bf16": 1307.4e12, "fp8": 2614.9e12},
+            memory_bytes=262144 * MIB,  # 256 GiB (8 x 32 GiB stacks); rocm-smi total not read
+            memory_bandwidth_bytes_per_s=6000e9,
+            nvlink_bandwidth_bytes_per_s=448e9,  # Infinity Fabric as MI300X (check)
+            nvlink_links=7,
+            sm_count=304,  # compute units
+            compute_capability=90,  # placeholder, as mi300x
+            pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
+            source="AMD Instinct MI325X https://www.amd.com/en/products/accelerators/instinct/"
+            f"mi300/mi325x.html (dense = sparse/2); {_AMD_SPECS}; {_MODERN_REF}; {TRANSCRIBED}",
+        ),
+        GPUSpec(
+            name="mi350x",
+            # CDNA 4, 256 CUs at 2.2 GHz (1000 W, air-cooled): dense FP16/BF16 = 256 x 2.2e9 x
+            # 4096 = 2306.9 TFLOP/s, FP8 2x, MXFP4 4x; FP32 vector 144.2; no TF32 (CDNA 4 drops
+            # the XF32 matrix type)
+            peak_flops_per_s={"fp32": 144.2e12, "fp16": 2306.9e12, "bf16": 2306.9e12,
+                              "fp8": 4613.7e12},
+            memory_bytes=294912 * MIB,  # 288 GiB HBM3E; rocm-smi total not read
+            memory_bandwidth_bytes_per_s=8000e9,
+            nvlink_bandwidth_bytes_per_s=537.6e9,  # Infinity Fabric 7 x 153.6 GB/s, halved
+            nvlink_links=7,
+            sm_count=256,  # compute units
+            compute_capability=90,  # placeholder, as mi300x (gfx950 has no CUDA capability)
+            pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
+            source="AMD Instinct MI350X https://www.amd.com/en/products/accelerators/instinct/"
+            f"mi350/mi350x.html (check all peaks); {_AMD_SPECS}; {_MODERN_REF}; {TRANSCRIBED}",
+        ),
+        GPUSpec(
+            name="mi355x",
+            # CDNA 4, 256 CUs at 2.4 GHz (1400 W, liquid-cooled): dense FP16/BF16 2516.6,
+            # FP8 5033.2, MXFP4 10066.3 TFLOP/s; FP32 vector 157.3; no TF32
+            peak_flops_per_s={"fp32": 157.3e12, "fp16": 2516.6e12, "bf16": 2516.6e12,
+                              "fp8": 5033.2e12},
+            memory_bytes=294912 * MIB,  # 288 GiB HBM3E; rocm-smi total not read
+            memory_bandwidth_bytes_per_s=8000e9,
+            nvlink_bandwidth_bytes_per_s=537.6e9,  # Infinity Fabric 1075.2 GB/s bidirectional
+            nvlink_links=7,
+            sm_count=256,
+            compute_capability=90,  # placeholder, as mi300x
+            pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
+            source="AMD Instinct MI355X https://www.amd.com/en/products/accelerators/instinct/"
+            f"mi350/mi355x.html (dense = sparse/2; check FP8/FP4); {_AMD_SPECS}; "
+            f"{_MODERN_REF}; {TRANSCRIBED}",
+        ),
     )
 }
+
+# Dense FP4 Tensor-Core peaks (NVFP4 / MXFP4), FLOP/s. specs.PRECISIONS has no "fp4", so
+# GPUSpec cannot hold them yet; they live here, once, until it does (then they move into
+# ``peak_flops_per_s``). A GPU missing here has no FP4 matrix type.
+FP4_DENSE_PEAK_FLOPS_PER_S: dict[str, float] = {
+    "b200": 9000.0e12,  # HGX B200: 144 PF sparse FP4 per 8 GPUs (check)
+    "b300": 13500.0e12,  # HGX B300: 108 PF dense FP4 per 8 GPUs (check)
+    "gb200": 10000.0e12,  # GB200 NVL72: 1,440 PF sparse FP4 per 72 GPUs (check)
+    "gb300": 15000.0e12,  # GB300 NVL72: 1,080 PF dense FP4 per 72 GPUs (check)
+    "mi350x": 9227.5e12,  # MXFP4, 4x FP16 (check)
+    "mi355x": 10066.3e12,  # MXFP4, 4x FP16 (check)
+}
+
+
+def fp4_peak_flops(gpu: GPUSpec | str) -> float | None:
+    """The dense FP4 peak of a catalog GPU (None: no FP4 matrix type, or not a catalog GPU)."""
+    name = gpu if isinstance(gpu, str) else gpu.name
+    return FP4_DENSE_PEAK_FLOPS_PER_S.get(name)
 
 _GPU_ALIASES: dict[str, str] = {
     "v100": "v100-sxm-32gb",
@@ -212,6 +364,15 @@ _GPU_ALIASES: dict[str, str] = {
     "b200-sxm": "b200",
     "b200-180gb": "b200",
     "mi300": "mi300x",
+    "h800": "h800-sxm-80gb",
+    "h800-sxm": "h800-sxm-80gb",
+    "b300-sxm": "b300",
+    "b300-270gb": "b300",
+    "gb200-nvl72": "gb200",
+    "gb300-nvl72": "gb300",
+    "mi325": "mi325x",
+    "mi350": "mi350x",
+    "mi355": "mi355x",
 }
 
 
@@ -272,6 +433,7 @@ class _Preset:
     inter: InterNodeSpec
     description: str
     source: str
+    gpus_per_domain: int | None = None  # NVLink domain across hosts (NVL72: 72); None: a host
 
 
 _DGX_A100_SRC = ("NVIDIA DGX A100 datasheet https://www.nvidia.com/en-us/data-center/dgx-a100/ "
@@ -317,6 +479,46 @@ _PRESETS: dict[str, _Preset] = {
                 "AMD Instinct MI300X platform https://www.amd.com/en/products/accelerators/"
                 "instinct/mi300/platform.html (8 GPUs, fully connected Infinity Fabric); "
                 f"network assumption: one 400 GbE RoCE NIC per GPU, {ACCESSED}"),
+        _Preset("dgx-h800", "h800-sxm-80gb", 8, _nvswitch, _ib(8, IB_NDR_BYTES_PER_S),
+                "HGX H800: NVLink4 (8 links) + NVSwitch, 8x NDR 400 Gb/s InfiniBand",
+                "DeepSeek-V3 technical report arXiv:2412.19437 section 3.1 (8 GPUs per node on "
+                "NVLink/NVSwitch, InfiniBand across nodes) and DeepEP docs/legacy.md (one "
+                f"ConnectX-7 400 Gb/s per GPU); {TRANSCRIBED}"),
+        _Preset("dgx-b300", "b300", 8, _nvswitch, _ib(8, IB_XDR_BYTES_PER_S),
+                "DGX B300: NVLink5 + NVSwitch, 8x ConnectX-8 800 Gb/s InfiniBand",
+                "NVIDIA DGX B300 https://www.nvidia.com/en-us/data-center/dgx-b300/ (8x "
+                "ConnectX-8 VPI up to 800 Gb/s; MLPerf v5.1 system JSON: '8x ConnectX-8 IB XDR "
+                f"800Gb/s'); {TRANSCRIBED}"),
+        _Preset("gb200-nvl72", "gb200", 4, _nvswitch, _ib(4, IB_NDR_BYTES_PER_S),
+                "GB200 NVL72 rack: 18 hosts of 4 GPUs in one 72-GPU NVLink5 domain, "
+                "4x NDR 400 Gb/s InfiniBand per host",
+                f"{_NV_GB200} (18 compute trays of 2 Grace + 4 Blackwell, 9 NVLink-switch "
+                "trays); MLPerf v5.1 system JSON '4x ConnectX-7 IB NDR 400 Gb/s' per tray; "
+                f"Megatron-Bridge perf_plugins.py NVLINK_DOMAIN_SIZE=72; {TRANSCRIBED}",
+                gpus_per_domain=72),
+        _Preset("gb300-nvl72", "gb300", 4, _nvswitch, _ib(4, IB_XDR_BYTES_PER_S),
+                "GB300 NVL72 rack: 18 hosts of 4 GPUs in one 72-GPU NVLink5 domain, "
+                "4x ConnectX-8 800 Gb/s InfiniBand per host",
+                f"{_NV_GB300} (one ConnectX-8 per GPU on the board); MLPerf v5.1 system JSON "
+                f"'4x ConnectX-8 IB XDR 800 Gb/s' per tray; {TRANSCRIBED}",
+                gpus_per_domain=72),
+        _Preset("mi325x-platform", "mi325x", 8, _mesh, _roce(8, ETH_400G_BYTES_PER_S),
+                "8x MI325X (AMD Instinct platform): Infinity Fabric mesh, 8x 400 Gb/s RoCE",
+                "AMD Instinct MI325X platform https://www.amd.com/en/products/accelerators/"
+                "instinct/mi300/platform.html (8 GPUs, fully connected Infinity Fabric); "
+                f"network assumption: one 400 GbE RoCE NIC per GPU; {TRANSCRIBED}"),
+        _Preset("mi350x-platform", "mi350x", 8, _mesh, _roce(8, ETH_400G_BYTES_PER_S),
+                "8x MI350X (AMD Instinct platform): Infinity Fabric mesh, 8x 400 Gb/s RoCE",
+                "AMD Instinct MI350 series platform https://www.amd.com/en/products/"
+                "accelerators/instinct/mi350.html (8 GPUs, fully connected Infinity Fabric); "
+                "network assumption: one 400 Gb/s RoCE NIC (Pollara 400 class) per GPU; "
+                f"{TRANSCRIBED}"),
+        _Preset("mi355x-platform", "mi355x", 8, _mesh, _roce(8, ETH_400G_BYTES_PER_S),
+                "8x MI355X (AMD Instinct platform): Infinity Fabric mesh, 8x 400 Gb/s RoCE",
+                "AMD Instinct MI350 series platform https://www.amd.com/en/products/"
+                "accelerators/instinct/mi350.html (8 GPUs, fully connected Infinity Fabric); "
+                "network assumption: one 400 Gb/s RoCE NIC (Pollara 400 class) per GPU; "
+                f"{TRANSCRIBED}"),
     )
 }
 
@@ -349,20 +551,23 @@ def is_cluster_preset(name: object) -> bool:
 def get_cluster_preset(name: str, num_nodes: int = 1, *,
                        gpus_per_node: int | None = None) -> ClusterSpec:
     """A preset's cluster of ``num_nodes`` nodes (``gpus_per_node`` < the preset's count
-    describes a partially used node)."""
+    describes a partially used node, which is then its own NVLink domain)."""
     p = _preset(name)
     gpu = get_gpu(p.gpu)
     per_node = p.gpus_per_node if gpus_per_node is None else gpus_per_node
+    domain = p.gpus_per_domain if per_node == p.gpus_per_node else None
     return ClusterSpec(name=f"{num_nodes}x-{p.name}" if isinstance(num_nodes, int) else p.name,
                        num_nodes=num_nodes, gpus_per_node=per_node, gpu=gpu,
-                       intra_node=p.intra(gpu), inter_node=p.inter, source=p.source)
+                       intra_node=p.intra(gpu), inter_node=p.inter, source=p.source,
+                       gpus_per_domain=domain)
 
 
 def default_node_fabric(gpu: GPUSpec) -> tuple[IntraNodeSpec, InterNodeSpec]:
     """Intra- and inter-node fabric of the DGX-like server for ``gpu``.
 
-    Catalog GPUs use their preset (A100: NVSwitch + 8x HDR; H100/H200/B200: NVSwitch + 8x NDR;
-    PCIe cards: PCIe + RoCE; V100: DGX-1; MI300X: Infinity Fabric + RoCE). A GPU not in the
+    Catalog GPUs use their preset (A100: NVSwitch + 8x HDR; H100/H200/H800/B200: NVSwitch + 8x
+    NDR; B300: NVSwitch + 8x XDR; GB200 / GB300: NVL72 hosts of 4 with 4x NDR / 4x XDR; PCIe
+    cards: PCIe + RoCE; V100: DGX-1; MI300X/MI325X/MI350X/MI355X: Infinity Fabric + RoCE). A GPU not in the
     catalog (an inline mapping) gets NVSwitch at its NVLink bandwidth when it has NVLink, else
     PCIe at its PCIe bandwidth, and the network of its generation (compute capability >= 90:
     8x NDR; >= 80: 8x HDR; else 4x EDR; no NVLink: 2x 100 Gb/s RoCE).
@@ -408,7 +613,18 @@ def default_cluster(num_gpus: int, *, gpus_per_node: int = 8,
     intra, inter = default_node_fabric(spec)
     known = spec.name in _DEFAULT_PRESET and _GPUS.get(spec.name) == spec
     src = _PRESETS[_DEFAULT_PRESET[spec.name]].source if known else spec.source
+    host, domain = default_host_and_domain(spec)
     return ClusterSpec(name=f"{nodes}x{per_node}-{spec.name}", num_nodes=nodes,
                        gpus_per_node=per_node, gpu=spec, intra_node=intra, inter_node=inter,
-                       source=src)
+                       source=src, gpus_per_domain=domain if per_node == host else None)
+
+
+def default_host_and_domain(gpu: GPUSpec) -> tuple[int, int | None]:
+    """``(gpus_per_node, gpus_per_domain)`` of the preset system of a catalog GPU: (4, 72)
+    for GB200/GB300 (NVL72 racks), (8, None) for the DGX/HGX-like ones and any GPU outside
+    the catalog (``None``: the NVLink domain is one host)."""
+    if gpu.name in _DEFAULT_PRESET and _GPUS.get(gpu.name) == gpu:
+        p = _PRESETS[_DEFAULT_PRESET[gpu.name]]
+        return p.gpus_per_node, p.gpus_per_domain
+    return 8, None
 

@@ -729,9 +729,6 @@ def cluster_from_mapping(data: Mapping[str, Any], *, default_gpus: int | None = 
         per_node = _num(f"{field}.gpus_per_node", data["gpus_per_node"], integer=True)
     else:
         per_node = base.gpus_per_node if base is not None else 8
-    per_domain = base.gpus_per_domain if base is not None else None
-    if data.get("gpus_per_domain") is not None:
-        per_domain = _num(f"{field}.gpus_per_domain", data["gpus_per_domain"], integer=True)
     if "num_nodes" in data:
         nodes = _num(f"{field}.num_nodes", data["num_nodes"], integer=True)
         if strict and default_gpus is not None and nodes * per_node != default_gpus:
@@ -740,6 +737,11 @@ def cluster_from_mapping(data: Mapping[str, Any], *, default_gpus: int | None = 
                              "drop --gpus or make it match the cluster file")
     else:
         nodes, per_node = _nodes_for(default_gpus, per_node, strict)
+    if data.get("gpus_per_domain") is not None:
+        per_domain = _num(f"{field}.gpus_per_domain", data["gpus_per_domain"], integer=True)
+    else:  # a preset's domain holds for its own host size only (not for a partial node)
+        per_domain = base.gpus_per_domain if base is not None \
+            and per_node == base.gpus_per_node else None
 
     if base is not None and base.gpu == gpu:
         intra0, inter0 = base.intra_node, base.inter_node

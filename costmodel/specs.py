@@ -13,6 +13,26 @@ from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import Any
 
+from costmodel.dimensions import (
+    BOOL,
+    CHOICE,
+    INT,
+    STRING,
+    Column,
+    Dimension,
+    OptunaParam,
+    default_micro_batch_sizes,
+    default_pp,
+    default_precision,
+    default_tp,
+    dim,
+    dimensions_of,
+    layout_token,
+    nccl_label,
+    schedule_label,
+    schedule_token,
+    yes_dash,
+)
 from costmodel.errors import InputError, did_you_mean
 
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
@@ -412,41 +432,61 @@ class TrainingSpec:
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ParallelConfig:
-    """One candidate layout: the ``parallel`` section of a run file (contract.md section 2)."""
+    """One candidate layout: the ``parallel`` section of a run file (contract.md section 2).
 
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    micro_batch_size: int = 1
-    precision: str = "bf16"
-    recompute: str = "none"
-    sequence_parallel: bool = False
-    zero_stage: int = 0
-    schedule: str = "1f1b"
-    virtual_stages: int = 1
-    nccl_algo: str = "auto"
-    nccl_proto: str = "auto"
+    Each field is a dimension declared once, here (:mod:`costmodel.dimensions`): its kind,
+    vocabulary, default, default search values, batch column, Optuna parameter, CLI flag and
+    table column. ``PARALLEL_DIMENSIONS`` lists them; the batch, the search space, the
+    enumerator and the optimizer are generated from it.
+    """
+
+    tp: int = dim(INT, 1, "tensor-parallel size", space_default=default_tp, expand_rank=0,
+                  optuna=OptunaParam("layout", 0, layout_token, log_steps=True),
+                  column=Column("tp", 10))
+    pp: int = dim(INT, 1, "pipeline-parallel size", space_default=default_pp,
+                  expand_rank=1, optuna=OptunaParam("layout", 0), column=Column("pp", 20))
+    dp: int = dim(INT, 1, "data-parallel size",
+                  derived="world_size / (tp * pp); search tp and pp instead",
+                  column=Column("dp", 30))
+    micro_batch_size: int = dim(INT, 1, "sequences per micro-batch",
+                                space_default=default_micro_batch_sizes, expand_rank=3,
+                                optuna=OptunaParam("micro_batch_size", 1),
+                                column=Column("mbs", 40))
+    precision: str = dim(CHOICE, "bf16", "training precision", values=PRECISIONS,
+                         codes=Precision, space_default=default_precision, expand_rank=2,
+                         optuna=OptunaParam("precision", 6),
+                         column=Column("prec", 90, left=True))
+    recompute: str = dim(CHOICE, "none", "activation recomputation", values=RECOMPUTE,
+                         codes=Recompute, space_default=RECOMPUTE, expand_rank=10,
+                         optuna=OptunaParam("recompute", 2),
+                         column=Column("recompute", 60, left=True))
+    sequence_parallel: bool = dim(BOOL, False, "Megatron sequence parallelism, with tp > 1",
+                                  space_default=(False, True), expand_rank=7,
+                                  optuna=OptunaParam("sequence_parallel", 3),
+                                  column=Column("SP", 70, yes_dash))
+    zero_stage: int = dim(INT, 0, "ZeRO stage: 1 distributed optimizer, 3 fully sharded",
+                          minimum=0, maximum=3, space_default=(0, 1), expand_rank=6,
+                          optuna=OptunaParam("zero_stage", 4), column=Column("ZeRO", 80))
+    schedule: str = dim(CHOICE, "1f1b", "pipeline schedule", values=SCHEDULES, codes=Schedule,
+                        space_default=("1f1b", "interleaved"), expand_rank=4,
+                        optuna=OptunaParam("schedule", 5, schedule_token),
+                        column=Column("schedule", 50, schedule_label, left=True))
+    virtual_stages: int = dim(INT, 1, "model chunks per pipeline stage, interleaved schedule",
+                              space_default=(1, 2, 4), expand_rank=5,
+                              optuna=OptunaParam("schedule", 5))
+    nccl_algo: str = dim(STRING, "auto", "the NCCL_ALGO setting", values=NCCL_ALGOS,
+                         expand_rank=8, optuna=OptunaParam("nccl_algo", 7),
+                         column=Column("NCCL", 100, nccl_label, left=True))
+    nccl_proto: str = dim(STRING, "auto", "the NCCL_PROTO setting",
+                          values=NCCL_PROTOS, expand_rank=9, optuna=OptunaParam("nccl_proto", 8))
 
     def __post_init__(self) -> None:
-        s = "parallel"
-        for name in ("tp", "pp", "dp", "micro_batch_size", "virtual_stages"):
-            _set(self, name, _int(s, name, getattr(self, name)))
-        _set(self, "zero_stage", _int(s, "zero_stage", self.zero_stage, minimum=0))
-        if self.zero_stage > 3:
-            raise InputError("parallel.zero_stage", f"must be 0..3, got {self.zero_stage}")
-        _set(self, "precision", _choice(s, "precision", self.precision, PRECISIONS))
-        _set(self, "recompute", _choice(s, "recompute", self.recompute, RECOMPUTE))
-        _set(self, "schedule", _choice(s, "schedule", self.schedule, SCHEDULES))
-        _set(self, "sequence_parallel", _bool(s, "sequence_parallel", self.sequence_parallel))
+        for d in PARALLEL_DIMENSIONS:
+            _set(self, d.name, _check_dimension(d, getattr(self, d.name)))
         if self.virtual_stages > 1 and self.schedule != "interleaved":
             raise InputError("parallel.virtual_stages",
                              f"{self.virtual_stages} needs schedule: interleaved",
                              "set schedule: interleaved or virtual_stages: 1")
-        for name in ("nccl_algo", "nccl_proto"):
-            v = getattr(self, name)
-            if not isinstance(v, str) or not v:
-                raise InputError(f"parallel.{name}", f"must be a string, got {v!r}")
-            _set(self, name, v.lower())
 
     @property
     def world_size(self) -> int:
@@ -454,3 +494,25 @@ class ParallelConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _check_dimension(d: Dimension, value: Any) -> Any:
+    """``value`` validated and normalised for dimension ``d`` (InputError ``parallel.<name>``)."""
+    s = "parallel"
+    if d.kind == INT:
+        v = _int(s, d.name, value, minimum=d.minimum)
+        if d.maximum is not None and v > d.maximum:
+            raise InputError(f"{s}.{d.name}", f"must be {d.minimum}..{d.maximum}, got {v}")
+        return v
+    if d.kind == CHOICE:
+        return _choice(s, d.name, value, d.values)
+    if d.kind == BOOL:
+        return _bool(s, d.name, value)
+    if not isinstance(value, str) or not value:  # STRING: the grammar is checked by the rules
+        raise InputError(f"{s}.{d.name}", f"must be a string, got {value!r}")
+    return value.lower()
+
+
+#: The dimensions of a parallel configuration, in field order.
+PARALLEL_DIMENSIONS: tuple[Dimension, ...] = dimensions_of(ParallelConfig)
+DIMENSIONS_BY_NAME: Mapping[str, Dimension] = FrozenMap({d.name: d for d in PARALLEL_DIMENSIONS})

@@ -18,7 +18,7 @@ import numpy as np
 from costmodel.batch import ConfigBatch
 from costmodel.errors import InfeasibleError, InputError
 from costmodel.specs import TrainingSpec
-from optimizer.problem import (
+from optimizer.core.problem import (
     GIB,
     SCHEMA_VERSION,
     Problem,
@@ -26,7 +26,7 @@ from optimizer.problem import (
     resolve_problem,
     tool_version,
 )
-from optimizer.results import (
+from optimizer.core.results import (
     SAFETY_MARGIN,
     Candidate,
     EvaluateResult,
@@ -172,6 +172,10 @@ def evaluate(run: Any, *, memory_limit_gib: float | None = None,
         raise InputError(f"parallel ({rule})", reason,
                          "fix the parallel section; `optimize --model ... --gpus ...` lists "
                          "valid layouts")
+    from optimizer.search.base import NCCL_DIMS, check_nccl_value
+
+    for dim in NCCL_DIMS:  # the scoring parser's errors, named as the run file's fields
+        check_nccl_value(getattr(r.parallel, dim), dim, f"parallel.{dim}")
     batch = ConfigBatch.from_configs([r.parallel])
     scores = score(problem.model, problem.cluster, problem.training, batch)
     cand = candidates_from(problem, batch, scores, [0])[0]

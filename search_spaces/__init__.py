@@ -27,6 +27,7 @@ from search_spaces.rules import (
 )
 from search_spaces.space import (
     DIMENSIONS,
+    SEARCH_DIMENSIONS,
     SearchSpace,
     batch_from_choices,
     check_dimension,
@@ -38,7 +39,8 @@ from search_spaces.space import (
 )
 
 __all__ = [
-    "ALL_RULES", "DIMENSIONS", "RULES_BY_NAME", "Context", "Rule", "SearchSpace",
+    "ALL_RULES", "DIMENSIONS", "RULES_BY_NAME", "SEARCH_DIMENSIONS", "Context", "Rule",
+    "SearchSpace",
     "available_algos", "available_protos", "batch_from_choices", "check", "check_dimension",
     "count_product", "default_space", "enumerate_valid", "explain", "nccl_problem",
     "optuna_choices", "parse_nccl", "rejected_by_rule", "restrict", "space_from_mapping",

@@ -17,28 +17,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.batch import ConfigBatch
-from costmodel.specs import PRECISIONS, RECOMPUTE, SCHEDULES
+from costmodel.specs import DIMENSIONS_BY_NAME
 from search_spaces.rules import ALL_RULES, Context, Rule
-from search_spaces.space import DIMENSIONS, SearchSpace, count_product
+from search_spaces.space import DIMENSIONS, SEARCH_DIMENSIONS, SearchSpace, count_product
 
-#: Expansion order: dimensions that structural rules read first, the rule-free ones last.
-_STAGES: tuple[str, ...] = (
-    "tp", "pp", "precision", "micro_batch_size", "schedule", "virtual_stages", "zero_stage",
-    "sequence_parallel", "nccl_algo", "nccl_proto", "recompute",
-)
-_CODES = {"precision": PRECISIONS, "recompute": RECOMPUTE, "schedule": SCHEDULES}
+#: Expansion order: dimensions that structural rules read first, the rule-free ones last
+#: (each dimension's declared ``expand_rank``).
+_STAGES: tuple[str, ...] = tuple(
+    d.name for d in sorted(SEARCH_DIMENSIONS, key=lambda d: d.expand_rank))
 
 
 def _value_table(space: SearchSpace, dim: str) -> np.ndarray:
-    """What a ConfigBatch column holds for each of ``dim``'s values in ``space``."""
+    """What a ConfigBatch column holds for each of ``dim``'s values in ``space`` (a STRING
+    dimension's batch table is the space's list itself)."""
     values = getattr(space, dim)
-    if dim in _CODES:
-        return np.array([_CODES[dim].index(v) for v in values], dtype=np.int64)
-    if dim in ("nccl_algo", "nccl_proto"):  # the batch's table is the space's list
-        return np.arange(len(values), dtype=np.int64)
-    if dim == "sequence_parallel":
-        return np.array(values, dtype=bool)
-    return np.array(values, dtype=np.int64)
+    return DIMENSIONS_BY_NAME[dim].encode(values, values)
 
 
 def _batch(ctx: Context, space: SearchSpace, idx: dict[str, np.ndarray]) -> ConfigBatch:
@@ -47,8 +40,8 @@ def _batch(ctx: Context, space: SearchSpace, idx: dict[str, np.ndarray]) -> Conf
     cols = {d: _value_table(space, d)[ix] for d, ix in idx.items()}
     if "tp" in cols and "pp" in cols:
         cols["dp"] = ctx.world_size // (cols["tp"] * cols["pp"])
-    return ConfigBatch.from_columns(nccl_algo_table=space.nccl_algo,
-                                    nccl_proto_table=space.nccl_proto, **cols)
+    tables = {d.table_name: getattr(space, d.name) for d in SEARCH_DIMENSIONS if d.table_name}
+    return ConfigBatch.from_columns(**tables, **cols)
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,13 @@ from costmodel.schedule import stage_layers
 from costmodel.specs import (
     NCCL_ALGOS,
     NCCL_PROTOS,
+    PARALLEL_DIMENSIONS,
     PRECISIONS,
-    RECOMPUTE,
-    SCHEDULES,
     ClusterSpec,
     ModelSpec,
     ParallelConfig,
+    Precision,
+    Schedule,
     TrainingSpec,
 )
 from search_spaces.space import (
@@ -36,9 +37,6 @@ from search_spaces.space import (
     batch_from_choices,
     parse_nccl,
 )
-
-_INTERLEAVED = SCHEDULES.index("interleaved")
-_FP8 = PRECISIONS.index("fp8")
 
 
 @dataclass(frozen=True)
@@ -69,9 +67,8 @@ class Context:
 Check = Callable[[Context, ConfigBatch], np.ndarray]
 Detail = Callable[[Context, Mapping[str, Any]], str]
 
-_ALL_COLUMNS = frozenset({"tp", "pp", "dp", "micro_batch_size", "precision", "recompute",
-                          "sequence_parallel", "zero_stage", "schedule", "virtual_stages",
-                          "nccl_algo", "nccl_proto"})
+#: Every ConfigBatch column: what a rule that does not declare ``reads`` is assumed to read.
+_ALL_COLUMNS = frozenset(d.name for d in PARALLEL_DIMENSIONS)
 
 
 @dataclass(frozen=True)
@@ -132,7 +129,7 @@ def _fp8_alignment(ctx: Context, b: ConfigBatch) -> np.ndarray:
     ok = np.ones(len(b), dtype=bool)
     for w in widths:
         ok &= _divides(w, b.tp) & (np.asarray(w) // np.maximum(b.tp, 1) % 16 == 0)
-    return (b.precision != _FP8) | ok
+    return (b.precision != Precision.FP8) | ok
 
 
 def _tp_within_node(ctx: Context, b: ConfigBatch) -> np.ndarray:
@@ -155,7 +152,7 @@ def _batch_divisible(ctx: Context, b: ConfigBatch) -> np.ndarray:
 
 
 def _interleaved_needs_pp(ctx: Context, b: ConfigBatch) -> np.ndarray:
-    inter = b.schedule == _INTERLEAVED
+    inter = b.schedule == Schedule.INTERLEAVED
     return np.where(inter, (b.pp > 1) & (b.virtual_stages > 1), b.virtual_stages == 1)
 
 
@@ -176,7 +173,7 @@ def _interleaved_microbatches(ctx: Context, b: ConfigBatch) -> np.ndarray:
     # Megatron's interleaved schedule: m must be a multiple of pp (default microbatch group
     # size per virtual stage = pp; also Narayanan et al. 2021 section 2.2.2).
     m, whole = _microbatches(ctx, b)
-    return (b.schedule != _INTERLEAVED) | ~whole | _divides(m, b.pp)
+    return (b.schedule != Schedule.INTERLEAVED) | ~whole | _divides(m, b.pp)
 
 
 def _sp_needs_tp(ctx: Context, b: ConfigBatch) -> np.ndarray:
@@ -184,7 +181,7 @@ def _sp_needs_tp(ctx: Context, b: ConfigBatch) -> np.ndarray:
 
 
 def _fp8_hardware(ctx: Context, b: ConfigBatch) -> np.ndarray:
-    return (b.precision != _FP8) | ctx.cluster.gpu.supports("fp8")
+    return (b.precision != Precision.FP8) | ctx.cluster.gpu.supports("fp8")
 
 
 def _precision_hardware(ctx: Context, b: ConfigBatch) -> np.ndarray:
@@ -452,20 +449,6 @@ def violations(ctx: Context, batch: ConfigBatch, rules: Sequence[Rule] = ALL_RUL
     return {rule.name: ~rule(ctx, batch) for rule in rules}
 
 
-def _row(batch: ConfigBatch, i: int) -> dict[str, Any]:
-    return {
-        "tp": int(batch.tp[i]), "pp": int(batch.pp[i]), "dp": int(batch.dp[i]),
-        "micro_batch_size": int(batch.micro_batch_size[i]),
-        "precision": PRECISIONS[int(batch.precision[i])],
-        "recompute": RECOMPUTE[int(batch.recompute[i])],
-        "sequence_parallel": bool(batch.sequence_parallel[i]),
-        "zero_stage": int(batch.zero_stage[i]), "schedule": SCHEDULES[int(batch.schedule[i])],
-        "virtual_stages": int(batch.virtual_stages[i]),
-        "nccl_algo": batch.nccl_algo_table[int(batch.nccl_algo[i])],
-        "nccl_proto": batch.nccl_proto_table[int(batch.nccl_proto[i])],
-    }
-
-
 def explain(ctx: Context, config: ParallelConfig | Mapping[str, Any],
             rules: Sequence[Rule] = ALL_RULES) -> list[tuple[str, str]]:
     """``(rule name, message)`` for every rule ``config`` breaks; empty when it is valid.
@@ -479,5 +462,5 @@ def explain(ctx: Context, config: ParallelConfig | Mapping[str, Any],
         batch = batch_from_choices([config], ctx.world_size)
     else:
         raise InputError("parallel", f"must be a mapping, got {type(config).__name__}")
-    row = _row(batch, 0)
+    row = batch.row(0)
     return [(rule.name, rule.message(ctx, row)) for rule in rules if not rule(ctx, batch)[0]]

@@ -11,41 +11,40 @@ rules of :mod:`search_spaces.rules` instead of by changing the lists.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from costmodel.batch import ConfigBatch
+from costmodel.batch import TABLE_DIMENSIONS, ConfigBatch
+from costmodel.dimensions import (
+    BOOL,
+    CHOICE,
+    DEFAULT_MICRO_BATCH_SIZES,  # noqa: F401  (re-exported: search_spaces.space.DEFAULT_...)
+    INT,
+    Dimension,
+    searched,
+)
 from costmodel.errors import InputError, did_you_mean
+from costmodel.nccl_grammar import parse_nccl_setting
 from costmodel.specs import (
-    NCCL_ALGOS,
-    NCCL_PROTOS,
-    PRECISIONS,
-    RECOMPUTE,
-    SCHEDULES,
+    DIMENSIONS_BY_NAME,
+    PARALLEL_DIMENSIONS,
     ClusterSpec,
     ModelSpec,
-    ParallelConfig,
     TrainingSpec,
 )
 
-#: The searched dimensions, in the order that defines the enumeration order (tp varies slowest).
-DIMENSIONS: tuple[str, ...] = (
-    "tp", "pp", "micro_batch_size", "precision", "recompute", "sequence_parallel",
-    "zero_stage", "schedule", "virtual_stages", "nccl_algo", "nccl_proto",
-)
-ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+#: The searched dimensions' declarations, in the order that defines the enumeration order
+#: (tp varies slowest): ``ParallelConfig``'s field order without the derived ``dp``.
+SEARCH_DIMENSIONS: tuple[Dimension, ...] = searched(PARALLEL_DIMENSIONS)
+#: Their names.
+DIMENSIONS: tuple[str, ...] = tuple(d.name for d in SEARCH_DIMENSIONS)
+ZERO_STAGES: tuple[int, ...] = tuple(range(DIMENSIONS_BY_NAME["zero_stage"].minimum,
+                                           DIMENSIONS_BY_NAME["zero_stage"].maximum + 1))
 #: Collective names accepted as per-collective prefixes in NCCL_ALGO / NCCL_PROTO (NCCL 2.24+).
 NCCL_COLLECTIVES: tuple[str, ...] = ("allreduce", "allgather", "reducescatter", "broadcast",
                                      "reduce")
-
-_POSITIVE_INT_DIMS = ("tp", "pp", "micro_batch_size", "virtual_stages")
-_CODE_DIMS: dict[str, tuple[str, ...]] = {
-    "precision": PRECISIONS, "recompute": RECOMPUTE, "schedule": SCHEDULES,
-}
-_NCCL_DIMS: dict[str, tuple[str, ...]] = {"nccl_algo": NCCL_ALGOS, "nccl_proto": NCCL_PROTOS}
-DEFAULT_MICRO_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16)
 
 
 # --------------------------------------------------------------------------------------------
@@ -103,38 +102,47 @@ def parse_nccl(value: str, vocabulary: Sequence[str], field: str) -> tuple[NcclE
         entries.append(NcclEntry(collective, exclude, names))
     if not entries:
         raise InputError(field, f"empty value {value!r}", "use 'auto' to force nothing")
+    # the grammar is the cost model's (costmodel.nccl_grammar, NCCL's own parseList rules):
+    # a value the space admits is one the collectives model can score
+    parse_nccl_setting(value, "proto" if "simple" in vocabulary else "algo", field)
     return tuple(entries)
 
 
 # --------------------------------------------------------------------------------------------
+def _value(d: Dimension, v: Any, field: str) -> Any:
+    """One candidate value of dimension ``d``, validated and normalised."""
+    if d.kind == INT:
+        if isinstance(v, bool) or not isinstance(v, int | float | np.integer) or int(v) != v:
+            raise InputError(field, f"must be integers, got {v!r}")
+        v = int(v)
+        if d.maximum is not None:
+            if not d.minimum <= v <= d.maximum:
+                raise InputError(field, f"unknown value {v!r}", f"valid: {d.valid_text}")
+        elif v < d.minimum:
+            raise InputError(field, f"must be >= {d.minimum}, got {v!r}")
+        return v
+    if d.kind == BOOL:
+        if not isinstance(v, bool | np.bool_):
+            raise InputError(field, f"must be true or false, got {v!r}")
+        return bool(v)
+    if d.kind == CHOICE:
+        if not isinstance(v, str) or v.strip().lower() not in d.values:
+            raise InputError(field, f"unknown value {v!r}", did_you_mean(str(v), d.values))
+        return v.strip().lower()
+    parse_nccl(v, d.values, field)  # STRING: NCCL_ALGO / NCCL_PROTO grammar
+    return v.strip().lower()
+
+
 def _values(dim: str, raw: Any) -> tuple[Any, ...]:
     """Validate and normalise one dimension's candidate values (order kept, duplicates
     dropped). A scalar is a one-value list."""
     field = f"space.{dim}"
+    d = DIMENSIONS_BY_NAME[dim]
     if isinstance(raw, str | bytes) or not isinstance(raw, Iterable):
         raw = (raw,)
     out: list[Any] = []
     for v in raw:
-        if dim in _POSITIVE_INT_DIMS or dim == "zero_stage":
-            if isinstance(v, bool) or not isinstance(v, int | float | np.integer) or int(v) != v:
-                raise InputError(field, f"must be integers, got {v!r}")
-            v = int(v)
-            if dim == "zero_stage" and v not in ZERO_STAGES:
-                raise InputError(field, f"unknown value {v!r}", "valid: 0, 1, 2, 3")
-            if dim != "zero_stage" and v < 1:
-                raise InputError(field, f"must be >= 1, got {v!r}")
-        elif dim == "sequence_parallel":
-            if not isinstance(v, bool | np.bool_):
-                raise InputError(field, f"must be true or false, got {v!r}")
-            v = bool(v)
-        elif dim in _CODE_DIMS:
-            vocab = _CODE_DIMS[dim]
-            if not isinstance(v, str) or v.strip().lower() not in vocab:
-                raise InputError(field, f"unknown value {v!r}", did_you_mean(str(v), vocab))
-            v = v.strip().lower()
-        else:  # nccl_algo / nccl_proto
-            parse_nccl(v, _NCCL_DIMS[dim], field)
-            v = v.strip().lower()
+        v = _value(d, v, field)
         if v not in out:
             out.append(v)
     if not out:
@@ -142,22 +150,10 @@ def _values(dim: str, raw: Any) -> tuple[Any, ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class SearchSpace:
-    """Candidate values per dimension. Defaults are a single point (``ParallelConfig``'s
-    defaults); :func:`default_space` gives the space paraplan searches by default."""
+class _SearchSpaceMethods:
+    """The methods of :class:`SearchSpace` (its fields are generated below)."""
 
-    tp: tuple[int, ...] = (1,)
-    pp: tuple[int, ...] = (1,)
-    micro_batch_size: tuple[int, ...] = (1,)
-    precision: tuple[str, ...] = ("bf16",)
-    recompute: tuple[str, ...] = ("none",)
-    sequence_parallel: tuple[bool, ...] = (False,)
-    zero_stage: tuple[int, ...] = (0,)
-    schedule: tuple[str, ...] = ("1f1b",)
-    virtual_stages: tuple[int, ...] = (1,)
-    nccl_algo: tuple[str, ...] = ("auto",)
-    nccl_proto: tuple[str, ...] = ("auto",)
+    __slots__ = ()
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -175,11 +171,23 @@ class SearchSpace:
         return count_product(self)
 
 
+#: Candidate values per searched dimension (one tuple field each, in :data:`DIMENSIONS`
+#: order). Defaults are a single point (``ParallelConfig``'s defaults); :func:`default_space`
+#: gives the space paraplan searches by default.
+SearchSpace = make_dataclass(
+    "SearchSpace",
+    [(d.name, tuple[Any, ...], field(default=(d.default,))) for d in SEARCH_DIMENSIONS],
+    bases=(_SearchSpaceMethods,), frozen=True,
+    namespace={"__doc__": "Candidate values per dimension (see search_spaces.space).",
+               "__module__": __name__})
+
+
 def check_dimension(dim: str) -> str:
     """``dim`` if it is a search dimension, else InputError ``space.<dim>`` with a hint."""
-    if dim == "dp":
-        raise InputError("space.dp", "dp is not a search dimension",
-                         "it is derived as world_size / (tp * pp); search tp and pp instead")
+    d = DIMENSIONS_BY_NAME.get(dim) if isinstance(dim, str) else None
+    if d is not None and not d.searched:
+        raise InputError(f"space.{dim}", f"{dim} is not a search dimension",
+                         f"it is derived as {d.derived}")
     if dim not in DIMENSIONS:
         raise InputError(f"space.{dim}", "unknown dimension", did_you_mean(str(dim), DIMENSIONS))
     return dim
@@ -231,49 +239,24 @@ def optuna_choices(space: SearchSpace) -> dict[str, tuple[Any, ...]]:
 
 
 # --------------------------------------------------------------------------------------------
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def default_space(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
                   ) -> SearchSpace:
-    """The space searched when the user gives none.
+    """The space searched when the user gives none: each searched dimension's declared
+    ``space_default`` (``costmodel.specs.ParallelConfig``; ``optimize --help`` lists them).
 
-    - tp: powers of two and divisors of ``gpus_per_node``, up to
-      ``min(2 * gpus_per_node, num_attention_heads, num_gpus)``. Cross-node values
-      (``tp > gpus_per_node``) are kept so the search can show why they are bad; the
-      ``tp_within_node`` rule rejects them unless cross-node TP is allowed.
-    - pp: divisors of ``num_layers`` or of ``num_gpus``, up to both (pp that does not
-      divide the layers gets an uneven split: ``costmodel.schedule.stage_layers``).
-    - micro_batch_size: 1, 2, 4, 8, 16 up to the global batch size.
-    - precision: bf16 where the GPU has it, else fp16 (else tf32, fp32).
-    - recompute: none, selective, full; sequence_parallel: off, on; zero_stage: 0, 1;
-      schedule: 1f1b, interleaved; virtual_stages: 1, 2, 4; NCCL algorithm and protocol: auto.
+    Today: tp from :func:`costmodel.dimensions.default_tp` (cross-node values are kept so the
+    search can show why they are bad; the ``tp_within_node`` rule rejects them unless
+    cross-node TP is allowed), pp from :func:`~costmodel.dimensions.default_pp` (values that
+    do not divide the layers get an uneven split: ``costmodel.schedule.stage_layers``),
+    micro-batch sizes 1-16 up to the global batch, the GPU's best 16-bit precision, every
+    recompute mode, sequence parallelism off and on, ZeRO 0 and 1, 1F1B and interleaved with
+    1, 2 or 4 virtual stages, NCCL algorithm and protocol auto.
     """
-    world = cluster.num_gpus
-    gpn = cluster.gpus_per_node
-    tp_cap = min(2 * gpn, model.num_attention_heads, world)
-    powers = [1 << k for k in range(tp_cap.bit_length()) if (1 << k) <= tp_cap]
-    tp = sorted(set(powers) | {d for d in _divisors(gpn) if d <= tp_cap})
-    # pp values that tile the GPUs need not divide the layers (uneven split, see the
-    # pp_splits_layers rule): Llama 3 405B's 126 layers on 16 stages
-    pp = sorted(d for d in set(_divisors(model.num_layers)) | set(_divisors(world))
-                if d <= min(world, model.num_layers))
-    mbs = [b for b in DEFAULT_MICRO_BATCH_SIZES if b <= training.global_batch_size]
-    precision = next((p for p in ("bf16", "fp16", "tf32", "fp32") if cluster.gpu.supports(p)),
-                     next(iter(cluster.gpu.peak_flops_per_s)))
-    return SearchSpace(
-        tp=tuple(tp), pp=tuple(pp), micro_batch_size=tuple(mbs), precision=(precision,),
-        recompute=RECOMPUTE, sequence_parallel=(False, True), zero_stage=(0, 1),
-        schedule=("1f1b", "interleaved"), virtual_stages=(1, 2, 4),
-        nccl_algo=("auto",), nccl_proto=("auto",),
-    )
+    return SearchSpace(**{d.name: d.default_values(model, cluster, training)
+                          for d in SEARCH_DIMENSIONS})
 
 
 # --------------------------------------------------------------------------------------------
-_DEFAULTS = ParallelConfig()
-
-
 def batch_from_choices(choices: Sequence[Mapping[str, Any]], world_size: int, *,
                        space: SearchSpace | None = None) -> ConfigBatch:
     """A ConfigBatch from raw per-dimension choices (e.g. k Optuna trials' parameters).
@@ -294,8 +277,8 @@ def batch_from_choices(choices: Sequence[Mapping[str, Any]], world_size: int, *,
                 continue
             check_dimension(key)
             (row[key],) = _values(key, (v,))
-        for d in DIMENSIONS:
-            row.setdefault(d, getattr(_DEFAULTS, d))
+        for d in SEARCH_DIMENSIONS:
+            row.setdefault(d.name, d.default)
         tp_pp = row["tp"] * row["pp"]
         if "dp" in c:
             dp = c["dp"]
@@ -305,17 +288,9 @@ def batch_from_choices(choices: Sequence[Mapping[str, Any]], world_size: int, *,
         else:
             row["dp"] = world_size // tp_pp
         rows.append(row)
-    algos = tuple(space.nccl_algo) if space else ()
-    protos = tuple(space.nccl_proto) if space else ()
-    algos = tuple(dict.fromkeys([*algos, *(r["nccl_algo"] for r in rows)]))
-    protos = tuple(dict.fromkeys([*protos, *(r["nccl_proto"] for r in rows)]))
-    cols: dict[str, np.ndarray] = {
-        name: np.array([r[name] for r in rows], dtype=np.int64)
-        for name in ("tp", "pp", "dp", "micro_batch_size", "zero_stage", "virtual_stages")
-    }
-    for dim, vocab in _CODE_DIMS.items():
-        cols[dim] = np.array([vocab.index(r[dim]) for r in rows], dtype=np.int64)
-    cols["sequence_parallel"] = np.array([r["sequence_parallel"] for r in rows], dtype=bool)
-    cols["nccl_algo"] = np.array([algos.index(r["nccl_algo"]) for r in rows], dtype=np.int64)
-    cols["nccl_proto"] = np.array([protos.index(r["nccl_proto"]) for r in rows], dtype=np.int64)
-    return ConfigBatch.from_columns(nccl_algo_table=algos, nccl_proto_table=protos, **cols)
+    tables = {d.table_name: tuple(dict.fromkeys([*(getattr(space, d.name) if space else ()),
+                                                 *(r[d.name] for r in rows)]))
+              for d in TABLE_DIMENSIONS}
+    cols = {d.name: d.encode((r[d.name] for r in rows), tables.get(d.table_name, ()))
+            for d in PARALLEL_DIMENSIONS}
+    return ConfigBatch.from_columns(**tables, **cols)

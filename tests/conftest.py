@@ -27,7 +27,7 @@ ARGS_65B = ["--model", "65b", "--gpus", "16"]
 
 # Every contract document the CLI prints during the tests (in-process or in a subprocess,
 # which inherits the environment) is validated against the shipped schema before it is
-# printed (optimizer.cli.emit_document); a mismatch makes that command fail.
+# printed (optimizer.cli.common.emit_document); a mismatch makes that command fail.
 os.environ["PARAPLAN_CHECK_SCHEMA"] = "1"
 
 

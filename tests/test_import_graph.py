@@ -142,6 +142,34 @@ def test_an_injected_cycle_is_found(tmp_path):
     assert set(g.successors("demo.sub.z")) == {"os"}
 
 
+def subpackage_graph(g: nx.DiGraph, package: str = "optimizer") -> nx.DiGraph:
+    """``g`` condensed to ``package``'s direct children (``optimizer.search``, ...; a module
+    directly in ``package`` is its own node; the package's ``__init__`` and ``__main__`` are
+    left out, they only name the facade and the entry point)."""
+    def node(mod: str) -> str | None:
+        parts = mod.split(".")
+        if parts[0] != package or len(parts) < 2 or parts[1] in ("__main__",):
+            return None
+        return ".".join(parts[:2])
+
+    h = nx.DiGraph()
+    for a, b in g.edges:
+        na, nb = node(a), node(b)
+        if na and nb and na != nb:
+            h.add_edge(na, nb)
+    return h
+
+
+def test_no_cycles_between_the_optimizer_sub_packages():
+    """The sub-packages are layers: core at the bottom, the CLI on top (optimizer/__init__)."""
+    h = subpackage_graph(GRAPH)
+    assert {"optimizer.core", "optimizer.search", "optimizer.cli"} <= set(h)
+    cyc = cycles(h)
+    assert cyc == [], _report(cyc)
+    assert not any(d != "optimizer.core" and d.startswith("optimizer.")
+                   for d in h.successors("optimizer.core"))
+
+
 def test_no_forbidden_imports_in_source():
     """costmodel imports neither search_spaces nor optimizer nor optuna/joblib;
     search_spaces does not import optimizer nor optuna/joblib."""

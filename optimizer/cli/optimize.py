@@ -12,7 +12,7 @@ from optimizer.cli.options import main_parser, space_overrides, training_flags
 def run(argv: Sequence[str]) -> int:
     args = main_parser().parse_args(argv)
     if args.version:
-        from optimizer.problem import tool_version
+        from optimizer.core.problem import tool_version
 
         emit(f"paraplan {tool_version()}")
         return 0

@@ -30,15 +30,26 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
 
 
-SPACE_FLAGS = {  # flag -> (dimension, parser)
-    "tp": ("tp", _csv(int)), "pp": ("pp", _csv(int)),
-    "micro-batch-size": ("micro_batch_size", _csv(int)),
-    "precision": ("precision", _csv(str)), "recompute": ("recompute", _csv(str)),
-    "sequence-parallel": ("sequence_parallel", _csv(_bool)),
-    "zero-stage": ("zero_stage", _csv(int)), "schedule": ("schedule", _csv(str)),
-    "virtual-stages": ("virtual_stages", _csv(int)),
-    "nccl-algo": ("nccl_algo", lambda s: (s,)), "nccl-proto": ("nccl_proto", lambda s: (s,)),
-}
+def _space_flags() -> dict[str, tuple[str, Callable, str, str]]:
+    """``--flag`` -> (dimension, parser, help, metavar) for every searched dimension, from the
+    declarations on ``ParallelConfig`` (costmodel.dimensions): INT, CHOICE and BOOL take a
+    comma-separated list, a STRING (NCCL_ALGO / NCCL_PROTO grammar, which has commas) one value."""
+    from costmodel.dimensions import BOOL, CHOICE, INT, STRING
+    from costmodel.specs import PARALLEL_DIMENSIONS
+
+    parsers = {INT: _csv(int), CHOICE: _csv(str), BOOL: _csv(_bool), STRING: lambda s: (s,)}
+    out = {}
+    for d in PARALLEL_DIMENSIONS:
+        if not d.searched:
+            continue
+        out[d.flag] = (d.name, parsers[d.kind],
+                       f"restrict the {d.name} dimension ({d.help}); valid: {d.valid_text}; "
+                       f"default space: {d.default_values_text}",
+                       "V" if d.kind == STRING else "V[,V...]")
+    return out
+
+
+SPACE_FLAGS = _space_flags()
 
 
 def main_parser() -> argparse.ArgumentParser:
@@ -78,9 +89,9 @@ def main_parser() -> argparse.ArgumentParser:
                    help="print an sbatch script or a PyTorchJob for the recommended config")
     p.add_argument("--quiet", "-q", action="store_true")
     p.add_argument("--version", action="store_true")
-    for flag, (dim, _) in SPACE_FLAGS.items():
-        p.add_argument(f"--{flag}", dest=f"space_{dim}", metavar="V[,V...]",
-                       help=f"restrict the {dim} dimension")
+    for flag, (dim, _, text, metavar) in SPACE_FLAGS.items():
+        p.add_argument(f"--{flag}", dest=f"space_{dim}", metavar=metavar,
+                       help=text.replace("%", "%%"))
     return p
 
 
@@ -98,7 +109,7 @@ def space_overrides(args: argparse.Namespace) -> dict:
     from costmodel.errors import InputError
 
     out = {}
-    for flag, (dim, parse) in SPACE_FLAGS.items():
+    for flag, (dim, parse, _, _) in SPACE_FLAGS.items():
         raw = getattr(args, f"space_{dim}")
         if raw is None:
             continue

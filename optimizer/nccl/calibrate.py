@@ -308,7 +308,7 @@ def cluster_yaml(cluster: ClusterSpec, header: Sequence[str] = ()) -> str:
 
 def save_cluster(cluster: ClusterSpec, path: str | Path, header: Sequence[str] = ()) -> Path:
     """Write :func:`cluster_yaml` to ``path`` atomically (temp file + fsync + rename)."""
-    from optimizer.output.fileio import atomic_write_text
+    from optimizer.core.fileio import atomic_write_text
 
     text = cluster_yaml(cluster, header)
     for key in NCCL_CALIBRATION_KEYS:  # a sanity check: what we wrote must read back

@@ -1,4 +1,4 @@
-"""What the optimizer prints and writes: tables, reports, plots, JSON documents and schemas.
+"""What the optimizer prints: tables, reports, plots, the JSON documents' schema, diagnosis.
 
 - :mod:`~optimizer.output.tables`: aligned text tables (rich on a terminal);
 - :mod:`~optimizer.output.report`: the front table, the recommendation, an evaluation;
@@ -6,9 +6,7 @@
 - :mod:`~optimizer.output.catalog`: rows of ``optimize models | gpus | clusters``;
 - :mod:`~optimizer.output.diagnose`: the bottleneck findings of one scored configuration;
 - :mod:`~optimizer.output.plot`: the Pareto plot (matplotlib, optional);
-- :mod:`~optimizer.output.serialize`: specs as JSON-ready dicts (the documents' inputs);
-- :mod:`~optimizer.output.schemas`: the JSON Schema of the documents (``optimizer/schema.json``);
-- :mod:`~optimizer.output.fileio`: atomic file writes.
+- :mod:`~optimizer.output.schemas`: the JSON Schema of the documents (``optimizer/schema.json``).
 
 Nothing is imported here: each module is imported where it is used (fast CLI start-up).
 """

@@ -13,8 +13,8 @@ def nccl_document(pred: Prediction, cluster: Any, *, extra_inputs: dict | None =
                   extra: dict | None = None) -> dict[str, Any]:
     """The ``optimize nccl --json`` document (contract.md section 4)."""
     from costmodel import collectives as coll
-    from optimizer.output.serialize import cluster_to_dict
-    from optimizer.problem import SCHEMA_VERSION, tool_version
+    from optimizer.core.problem import SCHEMA_VERSION, tool_version
+    from optimizer.core.serialize import cluster_to_dict
 
     inputs = {"collective": pred.collective, "size_bytes": pred.nbytes, "gpus": pred.n_ranks,
               "nodes": pred.n_nodes, "ranks_per_node": pred.n_ranks // pred.n_nodes,

@@ -140,7 +140,7 @@ def _render(doc: Mapping[str, Any]):
         ax.axvline(lim_gib, color=LIMIT_COLOUR, linestyle="--", linewidth=1.4, zorder=1,
                    label=f"memory limit {lim_gib:.1f} GiB")
         x_hi = max(x_hi, lim_gib)
-        from optimizer.results import SAFETY_MARGIN
+        from optimizer.core.results import SAFETY_MARGIN
 
         safe_gib = (1 - SAFETY_MARGIN) * lim_gib
         ax.axvline(safe_gib, color=LIMIT_COLOUR, linestyle=":", linewidth=1.0, alpha=0.7,
@@ -206,7 +206,7 @@ def plot_front(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
                          "create it or choose another path")
     import io
 
-    from optimizer.output.fileio import atomic_write_bytes
+    from optimizer.core.fileio import atomic_write_bytes
 
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt)

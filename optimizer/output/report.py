@@ -5,26 +5,41 @@ Tables come from :mod:`optimizer.output.tables` (rich on a terminal, plain text 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from costmodel.dimensions import Column, nccl_label, schedule_label
+from costmodel.specs import PARALLEL_DIMENSIONS
 from optimizer.output.tables import fmt_table
 
 GIB = 1024**3
 
-FRONT_COLUMNS = ("#", "tp", "pp", "dp", "mbs", "m", "schedule", "recompute", "SP", "ZeRO",
-                 "prec", "NCCL", "tokens/s", "MFU", "step s", "peak GiB", "bottleneck")
+
+def _dimension_cell(name: str, col: Column) -> Callable[[dict, dict], str]:
+    if col.format is None:
+        return lambda c, m: str(c[name])
+    return lambda c, m: col.format(c[name], c)
+
+
+#: The front table's configuration columns, as (header, cell(config, metrics)): the dimension
+#: declarations' columns (costmodel.dimensions.Column) and, next to the micro-batch size, the
+#: microbatches per step, in column order.
+_CONFIG_COLUMNS: tuple[tuple[str, Callable[[dict, dict], str]], ...] = tuple(
+    (col.header, cell) for col, cell in sorted(
+        [(d.column, _dimension_cell(d.name, d.column)) for d in PARALLEL_DIMENSIONS
+         if d.column is not None]
+        + [(Column("m", 45), lambda c, m: str(m["microbatches_per_step"]))],
+        key=lambda cc: cc[0].order))
+FRONT_COLUMNS = ("#", *(h for h, _ in _CONFIG_COLUMNS), "tokens/s", "MFU", "step s",
+                 "peak GiB", "bottleneck")
 
 
 def _schedule(cfg: dict[str, Any]) -> str:
-    if cfg["schedule"] == "interleaved":
-        return f"interleaved/{cfg['virtual_stages']}"
-    return cfg["schedule"]
+    return schedule_label(cfg["schedule"], cfg)
 
 
 def _nccl(cfg: dict[str, Any]) -> str:
-    if cfg["nccl_algo"] == "auto" and cfg["nccl_proto"] == "auto":
-        return "auto"
-    return f"{cfg['nccl_algo']}/{cfg['nccl_proto']}"
+    return nccl_label(cfg["nccl_algo"], cfg)
 
 
 def front_rows(doc: dict[str, Any]) -> list[list[str]]:
@@ -34,10 +49,7 @@ def front_rows(doc: dict[str, Any]) -> list[list[str]]:
     for i, p in enumerate(doc["pareto_front"]):
         c, m = p["config"], p["metrics"]
         mark = "*" if i == doc["recommended"] else ""
-        rows.append([f"{i}{mark}", str(c["tp"]), str(c["pp"]), str(c["dp"]),
-                     str(c["micro_batch_size"]), str(m["microbatches_per_step"]),
-                     _schedule(c), c["recompute"], "y" if c["sequence_parallel"] else "-",
-                     str(c["zero_stage"]), c["precision"], _nccl(c),
+        rows.append([f"{i}{mark}", *(cell(c, m) for _, cell in _CONFIG_COLUMNS),
                      f"{m['tokens_per_s']:,.0f}", f"{m['mfu']:.3f}",
                      f"{m['step_time_s']:.3f}", f"{m['peak_memory_bytes'] / GIB:.1f}",
                      main_bottleneck(m)])
@@ -63,6 +75,20 @@ def render_front(doc: dict[str, Any]) -> str:
     return head + table + "\n" + render_recommendation(doc)
 
 
+def _mfu(doc: dict[str, Any], c: dict[str, Any], m: dict[str, Any]) -> str:
+    """MFU against the bf16 peak, with the run precision's utilisation beside it when it
+    differs (fp8: "MFU 52.0% (bf16 peak; 26.0% of the fp8 peak)")."""
+    from optimizer.output.diagnose import mfu_against
+
+    peaks = (((doc.get("inputs") or {}).get("cluster") or {}).get("gpu") or {}).get(
+        "peak_flops_per_s")
+    mfu = m["mfu"]
+    ref = mfu_against(mfu, peaks, c.get("precision", "bf16"))
+    if ref == mfu:
+        return f"MFU {mfu:.1%}"
+    return f"MFU {ref:.1%} (bf16 peak; {mfu:.1%} of the {c['precision']} peak)"
+
+
 def render_recommendation(doc: dict[str, Any]) -> str:
     i = doc["recommended"]
     rec = doc["pareto_front"][i]
@@ -76,7 +102,7 @@ def render_recommendation(doc: dict[str, Any]) -> str:
               if m["peak_memory_bytes"] <= 0.95 * limit else
               "  why: no front point keeps 5% of the limit free; this is the fastest that fits")
              + f" ({m['peak_memory_bytes'] / GIB:.1f} of {limit / GIB:.1f} GiB): "
-             f"{m['tokens_per_s']:,.0f} tokens/s, MFU {m['mfu']:.1%}, step "
+             f"{m['tokens_per_s']:,.0f} tokens/s, {_mfu(doc, c, m)}, step "
              f"{m['step_time_s']:.2f} s"]
     for b in rec.get("bottlenecks", []):
         lines.append(f"  note: {b}")
@@ -100,7 +126,7 @@ def render_evaluation(doc: dict[str, Any]) -> str:
            f"{_schedule(c)} recompute={c['recompute']} SP={c['sequence_parallel']} "
            f"ZeRO={c['zero_stage']} {c['precision']} NCCL={_nccl(c)}",
            f"step {step:.4f} s, {m['tokens_per_s']:,.0f} tokens/s, {m['samples_per_s']:.2f} "
-           f"samples/s, MFU {m['mfu']:.1%}, peak memory {m['peak_memory_bytes'] / GIB:.2f} GiB "
+           f"samples/s, {_mfu(doc, c, m)}, peak memory {m['peak_memory_bytes'] / GIB:.2f} GiB "
            f"(limit {m['memory_limit_bytes'] / GIB:.1f} GiB), bubble "
            f"{m['bubble_share']:.1%} of the step", ""]
     trows = [[k, f"{v:.4f}", f"{v / step:.1%}"] for k, v in m["time_breakdown_s"].items()]

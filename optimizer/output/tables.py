@@ -10,6 +10,14 @@ import os
 import sys
 from collections.abc import Sequence
 
+from costmodel.specs import PARALLEL_DIMENSIONS
+
+#: Headers of text columns (left-aligned): the report's own and those the dimension
+#: declarations mark ``left`` (schedule, recompute, prec, NCCL).
+LEFT_HEADERS: frozenset[str] = frozenset(
+    {"bottleneck", "term", "component",
+     *(d.column.header for d in PARALLEL_DIMENSIONS if d.column is not None and d.column.left)})
+
 
 def use_rich(stream=None) -> bool:
     stream = stream or sys.stdout
@@ -27,9 +35,7 @@ def fmt_table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str 
 
         table = Table(title=title or None)
         for h in headers:
-            table.add_column(h, justify="right" if h not in ("schedule", "recompute",
-                                                              "bottleneck", "NCCL", "prec",
-                                                              "term", "component") else "left")
+            table.add_column(h, justify="left" if h in LEFT_HEADERS else "right")
         for r in rows:
             table.add_row(*r)
         console = Console(record=True, width=200)

@@ -54,19 +54,21 @@ from typing import Any
 import numpy as np
 
 from costmodel.batch import ConfigBatch
+from costmodel.dimensions import Dimension, OptunaParam, joint_order, joint_tokens, optuna_params
 from costmodel.errors import InputError
-from costmodel.specs import PRECISIONS, RECOMPUTE, SCHEDULES
+from costmodel.specs import PARALLEL_DIMENSIONS
 from optimizer import storage as st
 from optimizer.search.base import SearchOutcome, score_batch
 from search_spaces.enumerate import enumerate_valid
 from search_spaces.rules import Context
 from search_spaces.space import SearchSpace
 
-#: Parameters in the order they are drawn: the layout first (it decides most of the rest).
-PARAM_ORDER: tuple[str, ...] = (
-    "layout", "micro_batch_size", "recompute", "sequence_parallel", "zero_stage", "schedule",
-    "precision", "nccl_algo", "nccl_proto",
-)
+#: Trial parameters (name, member dimensions) in the order they are drawn, from the dimension
+#: declarations (costmodel.dimensions.OptunaParam): the layout first (it decides most of the
+#: rest).
+PARAMS: tuple[tuple[OptunaParam, tuple[Dimension, ...]], ...] = optuna_params(
+    PARALLEL_DIMENSIONS)
+PARAM_ORDER: tuple[str, ...] = tuple(p.name for p, _ in PARAMS)
 SAMPLER_NAMES = ("tpe", "nsga2", "random")
 CONSTRAINT_KEY = "memory_over_limit"  # Trial.set_constraint key: feasible iff <= 0
 POLL_S = 0.5  # wait between checks while other workers hold the rest of the budget
@@ -85,14 +87,6 @@ POLISH_FRACTION: dict[str, float] = {"tpe": 0.4, "nsga2": 0.4, "random": 0.0}
 
 # ---------------------------------------------------------------------------------------------
 # encoding
-def _layout_token(tp: int, pp: int) -> str:
-    return f"tp{tp}_pp{pp}"
-
-
-def _schedule_token(schedule: str, virtual_stages: int) -> str:
-    return f"interleaved_v{virtual_stages}" if schedule == "interleaved" else schedule
-
-
 @dataclass(frozen=True)
 class Encoding:
     """Valid configurations as token codes per parameter (see the module docstring).
@@ -109,31 +103,14 @@ class Encoding:
     @classmethod
     def build(cls, valid: ConfigBatch, space: SearchSpace) -> Encoding:
         n = len(valid)
-        raw: dict[str, list[Any]] = {
-            "layout": [_layout_token(int(t), int(p)) for t, p in zip(valid.tp, valid.pp,
-                                                                     strict=True)],
-            "micro_batch_size": valid.micro_batch_size.tolist(),
-            "recompute": [RECOMPUTE[c] for c in valid.recompute],
-            "sequence_parallel": [bool(x) for x in valid.sequence_parallel],
-            "zero_stage": valid.zero_stage.tolist(),
-            "schedule": [_schedule_token(SCHEDULES[s], int(v))
-                         for s, v in zip(valid.schedule, valid.virtual_stages, strict=True)],
-            "precision": [PRECISIONS[c] for c in valid.precision],
-            "nccl_algo": [valid.nccl_algo_table[c] for c in valid.nccl_algo],
-            "nccl_proto": [valid.nccl_proto_table[c] for c in valid.nccl_proto],
-        }
-        order = {
-            "layout": [_layout_token(t, p) for t in space.tp for p in space.pp],
-            "micro_batch_size": list(space.micro_batch_size),
-            "recompute": list(space.recompute),
-            "sequence_parallel": list(space.sequence_parallel),
-            "zero_stage": list(space.zero_stage),
-            "schedule": [_schedule_token(s, v) for s in space.schedule
-                         for v in space.virtual_stages],
-            "precision": list(space.precision),
-            "nccl_algo": list(space.nccl_algo),
-            "nccl_proto": list(space.nccl_proto),
-        }
+        raw: dict[str, list[Any]] = {}  # each valid configuration's token
+        order: dict[str, list[Any]] = {}  # every token of the space, in the space's order
+        for param, members in PARAMS:
+            raw[param.name] = joint_tokens(param, members, [
+                d.decode_column(getattr(valid, d.name),
+                                getattr(valid, d.table_name) if d.table_name else ())
+                for d in members])
+            order[param.name] = joint_order(param, [getattr(space, d.name) for d in members])
         tokens: dict[str, tuple[Any, ...]] = {}
         codes: dict[str, np.ndarray] = {}
         for p in PARAM_ORDER:
@@ -197,8 +174,10 @@ class Encoding:
         codes = np.stack([self.codes[p] for p in PARAM_ORDER])
         diff = codes != codes[:, row:row + 1]
         dist = np.abs(codes - codes[:, row:row + 1]).astype(float)
-        lt, lp = np.log2(self.valid.tp), np.log2(self.valid.pp)
-        dist[PARAM_ORDER.index("layout")] = np.abs(lt - lt[row]) + np.abs(lp - lp[row])
+        for i, (param, members) in enumerate(PARAMS):
+            if param.log_steps:
+                logs = [np.log2(getattr(self.valid, d.name)) for d in members]
+                dist[i] = sum(np.abs(lg - lg[row]) for lg in logs)
         return diff.sum(axis=0), dist.sum(axis=0), diff.argmax(axis=0)
 
     def description(self) -> dict[str, list]:

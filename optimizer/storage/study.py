@@ -19,7 +19,7 @@ RUNNING trials nobody will ever finish:
   cannot be seen alive is failed (so a lost worker never blocks the others for ever).
 
 Failed trials never count: a search stops when the study holds exactly the requested number
-of finished (COMPLETE + PRUNED) trials, see :mod:`optimizer.optuna_search`.
+of finished (COMPLETE + PRUNED) trials, see :mod:`optimizer.search.optuna_engine`.
 
 A study records its inputs in user attributes (tool, Optuna and numpy versions, input
 fingerprint, seed, sampler settings, cost-model version, batch size); re-opening it for a
@@ -54,7 +54,7 @@ def library_versions() -> dict[str, str]:
     import optuna
 
     from costmodel import COST_MODEL_VERSION
-    from optimizer.problem import tool_version
+    from optimizer.core.problem import tool_version
 
     return {"tool_version": tool_version(), "optuna_version": optuna.__version__,
             "numpy_version": numpy.__version__, "cost_model_version": COST_MODEL_VERSION}

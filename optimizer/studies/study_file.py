@@ -97,7 +97,7 @@ class StudyFile:
 
     def problem(self):
         """The :class:`optimizer.api.Problem` this study searches."""
-        from optimizer.problem import resolve_problem
+        from optimizer.core.problem import resolve_problem
 
         try:
             return resolve_problem(model=self.model, cluster=self.cluster,
@@ -310,6 +310,7 @@ def load_study_file(path: str | Path) -> StudyFile:
     duplicate keys are errors; JSON files (``.json``) are parsed as strict JSON.
     """
     from costmodel.loaders import load_model, read_document
+    from optimizer.search.base import check_nccl_settings
     from search_spaces.space import default_space, space_from_mapping
 
     p = expand_user(path, "study")
@@ -357,6 +358,7 @@ def load_study_file(path: str | Path) -> StudyFile:
     space_raw = _section(data, "space")
     try:
         space = space_from_mapping(space_raw or None, default_space(model, cluster, training))
+        check_nccl_settings(space)  # the cost model's NCCL grammar, at load time
     except InputError as e:
         raise _prefixed(e) from None
 
@@ -395,7 +397,7 @@ def _study_section(study: StudyFile, study_name: str) -> dict[str, Any]:
 def _versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
-    from optimizer.problem import tool_version
+    from optimizer.core.problem import tool_version
 
     out = {"paraplan": tool_version()}
     for pkg in ("optuna", "numpy", "networkx"):

@@ -2,7 +2,8 @@
 
 ``optimize validate [--data DIR] [--json] [--check] [--verbose] [--worst N]
 [--include-derived]`` (also ``python benchmarks/validate.py ...``) maps every usable entry of
-``published_runs.yaml`` and every row of ``vtrain_single_node.yaml`` to a run -- (ModelSpec,
+``published_runs.yaml`` and ``published_runs_2026.yaml`` and every row of
+``vtrain_single_node.yaml`` to a run -- (ModelSpec,
 ClusterSpec, TrainingSpec, ParallelConfig) plus the measured step time and, for BLOOM, the
 measured per-GPU memory peak -- scores all of them with :func:`costmodel.model.score` and
 prints, per group: count, MAPE, median and max absolute percentage error (APE) of the step
@@ -16,14 +17,20 @@ Data: ``--data DIR``, else ``$PARAPLAN_VALIDATION_DIR``, else ``<repo>/../shared
 
 Mapping (``../shared/validation/README.md``, followed exactly)
 ---------------------------------------------------------------
-- Step time: ``measured.iteration_time_s`` or ``iteration_time_ms``; else global batch tokens
-  (global_batch x seq_len) / measured tokens per second (``throughput_tokens_per_s``, or
-  ``throughput_tokens_per_s_per_gpu`` x GPUs). ``derived.iteration_time_s`` (Megatron SC21
-  Table 1, computed from TFLOP/s) is NOT a measurement under these rules: those entries are
-  skipped unless ``--include-derived``.
-- GPU: "A100" + "40GB" -> a100-sxm-40gb, other A100 -> a100-sxm-80gb, H100 -> h100-sxm-80gb,
-  H200 -> h200-sxm-141gb, B200 -> b200, V100 -> v100-sxm-32gb; nodes of ``gpus_per_node``
-  (default 8) GPUs, the GPU's default (DGX-like) intra-node fabric.
+- Step time: ``measured.iteration_time_s`` (MLPerf: the median of the logged per-step times)
+  or ``iteration_time_ms``; else global batch tokens (global_batch x seq_len) / measured
+  tokens per second (``throughput_tokens_per_s``, or ``throughput_tokens_per_s_per_gpu`` /
+  ``tokens_per_s_per_gpu`` x GPUs), or global batch / ``throughput_samples_per_s``. Every
+  ``derived.iteration_time_s`` of the 2026 file is one of these conversions of a measured
+  throughput, so it is not read; Megatron SC21 Table 1's (computed from TFLOP/s, which the
+  README says not to compare) stays behind ``--include-derived`` as before.
+- GPU: "A100" + "40GB" -> a100-sxm-40gb, other A100 -> a100-sxm-80gb, H100 (any memory,
+  also torchtitan's 95/96 GB HBM2e parts) -> h100-sxm-80gb, H200 -> h200-sxm-141gb, H800 ->
+  h800-sxm-80gb, GB200 / GB300 -> gb200 / gb300, B200 / B300 -> b200 / b300, V100 ->
+  v100-sxm-32gb, MI300X / MI325X / MI350X / MI355X -> their keys; nodes of ``gpus_per_node``
+  (default 8) GPUs, the GPU's default intra-node fabric; ``hardware.nvlink_domain_gpus`` (72
+  on NVL72 racks) is ``ClusterSpec.gpus_per_domain`` (the link model does not price the
+  multi-host domain yet: issue 23).
 - Inter-node: "Nx ... G Gb/s" -> N NICs of G Gb/s; "N Gbps (per node)" -> N/200 NICs of
   200 Gb/s; Omni-Path -> 4 NICs of 100 Gb/s; otherwise the GPU's default cluster. RoCE in the
   text -> RoCE fabric (latency), else InfiniBand.
@@ -31,22 +38,33 @@ Mapping (``../shared/validation/README.md``, followed exactly)
   BLOOM's "250k" = 250880), seq_len. Llama-family or SwiGLU: gated MLP, untied embeddings,
   RMSNorm, no biases, no position table. Others: LayerNorm, tied embeddings, biases unless the
   notes say "no biases", learned positions unless ALiBi/RoPE (MPT, BLOOM: ALiBi).
-- Layout: tp, pp, dp, micro_batch, global_batch; vpp > 1 -> interleaved with vpp virtual
-  stages, else 1F1B; recompute = first word (absent -> full); ZeRO from zero_stage (FSDP
-  FULL_SHARD = 3, SHARD_GRAD_OP = 2, absent = 0); sequence_parallel as given (absent = off).
-  Precision from the text outside parentheses: fp8 if it says fp8, bf16 if it says bf16, else
-  fp16 (so BLOOM's "fp16 mixed (inferred: ... bf16 optimizer testing starts there ...)" is
-  fp16, "amp_bf16" is bf16).
+- Layout: tp, pp, dp, micro_batch (torchtitan's ``local_batch`` when pp = 1), global_batch;
+  vpp > 1 -> interleaved with vpp virtual stages, else 1F1B; recompute = first word (absent
+  or "not stated" -> full); ``recipe_hint`` first (``recompute_modules`` -> selective, the
+  model's nearest; recompute layer counts -> partial, skipped); ZeRO from zero_stage (FSDP
+  FULL_SHARD = 3, SHARD_GRAD_OP = 2, absent or "not stated" = 0); sequence_parallel as given
+  (absent = off). Precision from ``precision_norm`` where the README lists it (bf16; fp8,
+  blockwise fp8, mxfp8 and nvfp4 are scored as fp8, the nearest precision the model has, and
+  the recipe is kept in ``Run.precision_recipe``), else from the text outside parentheses:
+  fp8 if it says fp8 (or float8), bf16 if it says bf16, else fp16 (so BLOOM's "fp16 mixed
+  (inferred: ... bf16 optimizer testing starts there ...)" is fp16, "amp_bf16" is bf16).
 - vTrain rows (both files): A100 80GB nodes of 8, fp16, full recompute, 1F1B, ZeRO 0, ffn 4h,
   vocab 51200.
-- NVIDIA NeMo / Megatron-Bridge tables (group or framework naming them): selective recompute,
-  SP when tp > 1, ZeRO-1 (distributed optimizer) where the entry omits them; precision "not
-  stated" -> fp8.
-- Skipped, each with a reason (``--verbose`` lists them): cp > 1, mixture-of-experts models
-  (more than one expert, ep > 1, or a Mixtral / MoE name), incomplete layout or model
-  shape, heads (or KV heads) not divisible by tp, GPU count != tp*pp*dp, global batch not a
-  multiple of micro_batch x dp, unknown GPU, no measured step time/memory, NCCL bus-bandwidth
-  entries (they go to the NCCL section), Korthikanti Table 4 per-layer entries (own section).
+- NVIDIA NeMo / Megatron-Bridge tables (group or framework naming them): where the entry
+  omits them or says "not stated": no recompute (the family default the entry quotes, else
+  none: the README's dense Llama / GPT-3 / Qwen3 / GPT-OSS rule), SP when tp > 1, ZeRO-1
+  (distributed optimizer) unless an ``fsdp`` column > 0 says Megatron-FSDP (ZeRO-3);
+  precision "not stated" -> fp8. Not modelled and only recorded: bf16 gradient reduction,
+  CUDA graphs (``Run.recipe``).
+- Skipped, each with a reason (``--verbose`` lists them; ``skip_counts`` counts them per
+  class and file): hybrid Mamba models; mixture-of-experts models (a ``model.moe`` block,
+  more than one expert, ep > 1, or a Mixtral / MoE name; issue 22); cp > 1, partial
+  recompute, activation offload, uneven pipeline layouts or interleaving (pp x vpp not
+  dividing the layers) and ZeRO-3/FSDP with pp > 1 (issue 21); ``layout_complete: false``;
+  incomplete layout or model shape, heads (or KV heads) not divisible by tp, GPU count !=
+  tp*pp*dp, global batch not a multiple of micro_batch x dp, unknown GPU, no measured step
+  time/memory, NCCL bus-bandwidth entries (they go to the NCCL section), Korthikanti Table 4
+  per-layer entries (own section).
 - One measurement quoted twice counts once (:func:`drop_requotes`): an entry with the same
   model, cluster, training settings and layout as an earlier one and the same measured values
   (BLOOM's chronicles repeat a baseline row in a later comparison table, e.g. 121.28 s in
@@ -71,6 +89,8 @@ bloom_*                              no     no       no       Megatron-DeepSpeed
 vtrain_*                             no     yes      no       Megatron-DeepSpeed defaults (dropout 0.1),
                                                               DeepSpeed engine reduces at the boundary
 llmfoundry_*                         yes    no       yes      MPT: FlashAttention, pdrop 0, FSDP
+torchtitan_*                         yes    no       yes      PyTorch FSDP2 (framework fsdp)
+mlperf_*                             yes    no       yes      NeMo/Megatron-Core or PyTorch
 megatron_core_* / nemo / bridge      yes    no       yes      Megatron-Core: TE fused attention, no
                                                               dropout in recipes, --overlap-grad-reduce;
                                                               NeMo / Bridge also --tp-comm-overlap
@@ -103,7 +123,14 @@ Metrics
   reports MiB; /1024 gives the "GB" the chronicles print) and compared with the model's peak
   memory (the largest stage; the first/last stages hold the embeddings, as measured).
 - OOM: entries with ``measured.oom: true`` whose predicted peak fits in the GPU's memory
-  (catalog ``memory_bytes``) are counted; the target is 0. The converse is reported, not
+  (catalog ``memory_bytes``) are counted; the target is 0. A report the data's owner marks
+  ``oom_reliable: false`` (bloom_prequel_110) is listed apart and not counted.
+- Reserved memory: torchtitan's ``peak_memory_gib`` (PyTorch's max reserved memory) against
+  the predicted peak less the CUDA context (reported, not checked).
+- Scope: the checks and the headline figures cover ``published_runs.yaml`` and vTrain (the
+  calibrated data); the 2026 groups are reported per group, per group and GPU and per GPU
+  (``new_groups``), with MFU against the bf16 dense peak per run, until the Hopper/Blackwell
+  fidelity work (issue 23) makes them checkable. The converse is reported, not
   checked: runs with a measured step time (they ran, so they fitted) whose predicted peak
   exceeds the GPU's memory, the model's pessimism that would hide a working layout.
 - Korthikanti Table 5: the end-to-end iteration times (``source.location`` names Table 5),
@@ -143,6 +170,7 @@ from costmodel.specs import (
 
 ENV_VAR = "PARAPLAN_VALIDATION_DIR"
 PUBLISHED_FILE = "published_runs.yaml"
+PUBLISHED_2026_FILE = "published_runs_2026.yaml"  # read beside PUBLISHED_FILE when present
 VTRAIN_FILE = "vtrain_single_node.yaml"
 VTRAIN_SINGLE_GROUP = "vtrain_single_node"
 
@@ -207,13 +235,24 @@ def _load_yaml(path: Path) -> Any:
         raise InputError("data", f"{str(path)!r} is not valid YAML: {e}") from None
 
 
-def load_data(data_dir: Path) -> tuple[list[dict], list[dict]]:
-    """(published entries, vTrain single-node rows); the second is empty when the file is
-    absent."""
-    pub = _load_yaml(data_dir / PUBLISHED_FILE)
+def _entries(path: Path) -> list:
+    pub = _load_yaml(path)
     if not isinstance(pub, Mapping) or not isinstance(pub.get("entries"), list):
-        raise InputError("data", f"{data_dir / PUBLISHED_FILE}: expected a mapping with a "
-                         "list 'entries'")
+        raise InputError("data", f"{path}: expected a mapping with a list 'entries'")
+    return list(pub["entries"])
+
+
+def load_data(data_dir: Path, *, include_2026: bool = True) -> tuple[list[dict], list[dict]]:
+    """(published entries of ``published_runs.yaml`` then ``published_runs_2026.yaml``,
+    vTrain single-node rows); the 2026 file (left out with ``include_2026=False``) and the
+    vTrain rows are optional. Entries of the 2026 file carry ``_file:
+    published_runs_2026.yaml`` (its groups are reported beside the checked ones, see
+    :func:`validate`)."""
+    entries = _entries(data_dir / PUBLISHED_FILE)
+    path_2026 = data_dir / PUBLISHED_2026_FILE
+    if include_2026 and path_2026.is_file():
+        entries += [{**e, "_file": PUBLISHED_2026_FILE} if isinstance(e, Mapping) else e
+                    for e in _entries(path_2026)]
     rows: list[dict] = []
     vpath = data_dir / VTRAIN_FILE
     if vpath.is_file():
@@ -221,7 +260,7 @@ def load_data(data_dir: Path) -> tuple[list[dict], list[dict]]:
         if not isinstance(v, Mapping) or not isinstance(v.get("rows"), list):
             raise InputError("data", f"{vpath}: expected a mapping with a list 'rows'")
         rows = list(v["rows"])
-    return list(pub["entries"]), rows
+    return entries, rows
 
 
 # =============================================================================================
@@ -251,6 +290,8 @@ GROUP_FLAGS: tuple[tuple[str, FrameworkFlags], ...] = (
     ("bloom", _DEEPSPEED_NO_DROPOUT),
     ("vtrain", _DEEPSPEED),
     ("llmfoundry", _FSDP),
+    ("torchtitan", _FSDP),  # PyTorch FSDP2 (+ TP/PP/CP over DTensor)
+    ("mlperf", _MODERN),  # NeMo / Megatron-Core or PyTorch implementations
     ("megatron_core", _MODERN),
     ("nemo", _MCORE),
     ("megatron_bridge", _MCORE),
@@ -324,20 +365,26 @@ def _require_int(section: Mapping[str, Any], key: str, what: str) -> int:
     return v
 
 
+# README GPU names -> catalog keys, tried in order (GB200 before B200, GB300 before B300)
+_GPU_KEYS: tuple[tuple[str, str], ...] = (
+    ("H100", "h100-sxm-80gb"), ("H200", "h200-sxm-141gb"), ("H800", "h800-sxm-80gb"),
+    ("GB300", "gb300"), ("GB200", "gb200"), ("B300", "b300"), ("B200", "b200"),
+    ("V100", "v100-sxm-32gb"), ("MI355X", "mi355x"), ("MI350X", "mi350x"),
+    ("MI325X", "mi325x"), ("MI300X", "mi300x"),
+)
+
+
 def gpu_key(text: str, memory_gb: Any = None) -> str:
-    """The catalog key the README names for a GPU description."""
+    """The catalog key the README names for a GPU description: "A100 40GB" -> a100-sxm-40gb,
+    other A100 -> a100-sxm-80gb, H100 (any memory) -> h100-sxm-80gb, H200 -> h200-sxm-141gb,
+    H800, B200, B300, GB200, GB300, V100, MI300X, MI325X, MI350X, MI355X -> their keys."""
     t = str(text).upper().replace(" ", "")
     mem = _as_int(memory_gb)
     if "A100" in t:
         return "a100-sxm-40gb" if ("40GB" in t or mem == 40) else "a100-sxm-80gb"
-    if "H100" in t:
-        return "h100-sxm-80gb"
-    if "H200" in t:
-        return "h200-sxm-141gb"
-    if "GB200" not in t and "B200" in t:
-        return "b200"
-    if "V100" in t:
-        return "v100-sxm-32gb"
+    for name, key in _GPU_KEYS:
+        if name in t:
+            return key
     raise SkipEntry(f"GPU {text!r} has no catalog key under the README's mapping")
 
 
@@ -380,9 +427,9 @@ def parse_precision(text: Any, *, nemo: bool = False) -> str:
     main = re.sub(r"\([^)]*\)", " ", raw).lower()
     if not main.strip():
         main = raw.lower()
-    if nemo and (not raw.strip() or "not stated" in main):
+    if nemo and (not raw.strip() or "not stated" in main or _not_stated(raw)):
         return "fp8"
-    if "fp8" in main:
+    if "fp8" in main or "float8" in main:
         return "fp8"
     if "bf16" in main:
         return "bf16"
@@ -435,6 +482,9 @@ def parse_vocab(value: Any) -> int:
     m = re.fullmatch(r"\s*(\d+)\s*k\s*", t)
     if m:
         return int(m.group(1)) * 1000
+    m = re.fullmatch(r"\s*(\d+)\s*\([^)]*\)\s*", t)  # "32000 (recalled, not verified)"
+    if m:
+        return int(m.group(1))
     raise SkipEntry(f"vocab {value!r} not understood")
 
 
@@ -465,6 +515,7 @@ def model_spec(m: Mapping[str, Any], *, name: str, default_vocab: int = DEFAULT_
     if ffn is None:
         raise SkipEntry(f"ffn_hidden {m.get('ffn_hidden')!r} not an integer")
     vocab = parse_vocab(m.get("vocab")) if m.get("vocab") is not None else default_vocab
+    head_dim = _as_int(m.get("head_dim"))  # when given (Qwen3, GPT-OSS: not hidden / heads)
     text = f"{m.get('name', '')} {name} {m.get('arch_notes', '')}".lower()
     llama = "llama" in text or "swiglu" in text
     no_pos = llama or any(k in text for k in ("alibi", "rope", "rotary", "bloom"))
@@ -472,7 +523,7 @@ def model_spec(m: Mapping[str, Any], *, name: str, default_vocab: int = DEFAULT_
         spec = ModelSpec(
             name=str(m.get("name") or name), num_layers=L, hidden_size=h,
             num_attention_heads=a, ffn_hidden_size=ffn, vocab_size=vocab, num_kv_heads=kv,
-            gated_mlp=llama, tied_embeddings=not llama,
+            head_dim=head_dim, gated_mlp=llama, tied_embeddings=not llama,
             learned_position_embeddings=not no_pos,
             max_position_embeddings=None if no_pos else s,
             linear_bias=not (llama or "no bias" in text),
@@ -483,7 +534,11 @@ def model_spec(m: Mapping[str, Any], *, name: str, default_vocab: int = DEFAULT_
     return spec, s
 
 
-def build_cluster(gpu: str, num_gpus: int, gpus_per_node: int, inter_text: Any) -> ClusterSpec:
+def build_cluster(gpu: str, num_gpus: int, gpus_per_node: int, inter_text: Any, *,
+                  nvlink_domain: int | None = None) -> ClusterSpec:
+    """Hosts of ``gpus_per_node`` on the GPU's default fabric; ``nvlink_domain``
+    (``hardware.nvlink_domain_gpus``, 72 on NVL72 racks) is the NVLink domain of whole hosts
+    (``ClusterSpec.gpus_per_domain``); a job on part of one host has no multi-host domain."""
     from costmodel import hardware as hw
 
     spec = hw.get_gpu(gpu)
@@ -493,9 +548,14 @@ def build_cluster(gpu: str, num_gpus: int, gpus_per_node: int, inter_text: Any) 
         raise SkipEntry(f"GPU count: {e}") from None
     intra, inter = hw.default_node_fabric(spec)
     inter = inter_node_spec(inter_text, inter)
-    return ClusterSpec(name=f"{nodes}x{per_node}-{spec.name}", num_nodes=nodes,
-                       gpus_per_node=per_node, gpu=spec, intra_node=intra, inter_node=inter,
-                       source="shared/validation")
+    domain = nvlink_domain if nvlink_domain and per_node == gpus_per_node else None
+    try:
+        return ClusterSpec(name=f"{nodes}x{per_node}-{spec.name}", num_nodes=nodes,
+                           gpus_per_node=per_node, gpu=spec, intra_node=intra,
+                           inter_node=inter, source="shared/validation",
+                           gpus_per_domain=domain)
+    except InputError as e:
+        raise SkipEntry(f"NVLink domain: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -515,6 +575,14 @@ class Run:
     table: str = ""  # "table5" / "table4" for Korthikanti
     per_layer_s: float | None = None  # Korthikanti Table 4: one layer fwd+bwd
     measured_raw: str = ""  # the source's measured fields as given (canonical JSON)
+    oom_reliable: bool = True  # False: the data's owner marks the OOM report unreliable
+    reserved_memory_bytes: float | None = None  # torchtitan: PyTorch's max reserved memory
+    precision_recipe: str = ""  # the recipe the entry names (mxfp8, nvfp4, ...): scored as
+    #                             parallel.precision, the nearest the model has
+    recipe: str = ""  # parallel.recipe_hint's launch fields (CUDA graphs, ...), as text
+    dataset: str = PUBLISHED_FILE  # the file the entry came from
+    reported_tflops_per_gpu: float | None = None  # the source's model TFLOP/s per GPU
+    reported_mfu: float | None = None  # the source's MFU (torchtitan: over the bf16 peak)
 
     @property
     def num_gpus(self) -> int:
@@ -530,9 +598,11 @@ def _layout_check(model: ModelSpec, tp: int) -> None:
 
 
 def measured_step_time(measured: Mapping[str, Any], derived: Mapping[str, Any], tokens: int,
-                       num_gpus: int, *, include_derived: bool = False
-                       ) -> tuple[float | None, str]:
-    """README: iteration_time_s / _ms, else global batch tokens / tokens per second."""
+                       num_gpus: int, *, include_derived: bool = False,
+                       global_batch: int | None = None) -> tuple[float | None, str]:
+    """README: iteration_time_s / _ms (MLPerf: the median of the logged per-step times), else
+    global batch tokens / tokens per second (total, per GPU x GPUs, or samples per second x
+    the sequence length: global batch / samples per second)."""
     def num(x: Any) -> float | None:
         return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and x > 0 \
             else None
@@ -547,6 +617,9 @@ def measured_step_time(measured: Mapping[str, Any], derived: Mapping[str, Any], 
     for key in ("throughput_tokens_per_s_per_gpu", "tokens_per_s_per_gpu"):
         if num(measured.get(key)):
             return tokens / (num(measured[key]) * num_gpus), key
+    if global_batch and num(measured.get("throughput_samples_per_s")):
+        return global_batch / num(measured["throughput_samples_per_s"]), \
+            "throughput_samples_per_s"
     if include_derived and num(derived.get("iteration_time_s")):
         return num(derived["iteration_time_s"]), "derived.iteration_time_s"
     return None, ""
@@ -583,8 +656,151 @@ def mixture_of_experts(model: Mapping[str, Any], par: Mapping[str, Any]) -> str:
     return f"name {name!r}" if _MOE_NAME.search(name) else ""
 
 
+# ---- the 2026 conventions (README: precision_norm, recipe_hint, NVIDIA recipe defaults) ------
+# precision_norm -> the nearest precision the cost model has today (the recipe is recorded)
+PRECISION_NORM: dict[str, str] = {
+    "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_presumed": "fp8",
+    "fp8_cs": "fp8", "fp8_delayed": "fp8", "blockwise": "fp8", "blockwise_fp8": "fp8",
+    "fp8_blockwise": "fp8", "mxfp8": "fp8", "nvfp4": "fp8",
+    # the submitter's configs say FP8 or NVFP4; both are scored as fp8 today
+    "ambiguous_fp8_or_nvfp4": "fp8",
+}
+# dense model families whose NVIDIA performance recipes run without recomputation (README)
+_NO_RECOMPUTE_FAMILIES = re.compile(r"llama|gpt-?3|qwen\s*3|qwen3|gpt-?oss", re.IGNORECASE)
+_NOT_STATED = re.compile(r"\s*(not\s+stated|not\s+determined|unknown|n/?a\b)", re.IGNORECASE)
+SKIP_CP = "cp > 1: context parallelism not modelled yet (issue 21)"
+SKIP_MOE = "MoE (issue 22): mixture of experts not modelled yet"
+SKIP_MAMBA = "mamba: hybrid Mamba models are not modelled"
+
+
+def _not_stated(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and (not value.strip()
+                                                         or bool(_NOT_STATED.match(value))))
+
+
+def precision_of(par: Mapping[str, Any], *, nemo: bool) -> tuple[str, str]:
+    """(the cost model's precision, the recipe as the entry names it). ``precision_norm``
+    where the README lists it (bf16, fp8 current scaling, blockwise fp8, mxfp8, nvfp4: all
+    low-precision recipes are scored as fp8, the nearest precision the model has), else the
+    text rule of :func:`parse_precision`."""
+    norm = par.get("precision_norm")
+    key = str(norm).strip().lower() if isinstance(norm, str) else ""
+    if key in PRECISION_NORM:
+        return PRECISION_NORM[key], key
+    p = parse_precision(par.get("precision"), nemo=nemo)
+    text = str(par.get("precision") or "").lower()
+    recipe = "float8 (torchao)" if "float8" in text else p
+    return p, recipe
+
+
+def recipe_hint_text(hint: Any) -> str:
+    """The launch-recipe fields of ``parallel.recipe_hint`` (no tag/file/preset), as text."""
+    if not isinstance(hint, Mapping):
+        return "" if hint is None else str(hint)
+    keep = {k: v for k, v in hint.items()
+            if k not in ("tag", "file", "preset", "layout_matches_table")}
+    return ", ".join(f"{k}={v}" for k, v in keep.items())
+
+
+def _family_default(text: str) -> str | None:
+    m = re.search(r"family default:\s*(\w+)", text, re.IGNORECASE)
+    if m and m.group(1).lower() in ("none", "selective", "full"):
+        return m.group(1).lower()
+    return None
+
+
+def recompute_of(par: Mapping[str, Any], model: Mapping[str, Any], *, nemo: bool) -> str:
+    """README: ``recompute``'s first word (absent means full); ``recipe_hint`` first
+    (recompute modules -> selective, recompute layer counts -> partial); NVIDIA tables that do
+    not state it: the family default the entry quotes, else no recompute for the dense
+    Llama / GPT-3 / Qwen3 / GPT-OSS rows. Partial recompute raises :class:`SkipEntry`."""
+    hint = par.get("recipe_hint") if isinstance(par.get("recipe_hint"), Mapping) else {}
+    if hint.get("recompute_num_layers") or str(hint.get("recompute_method", "")).strip():
+        raise SkipEntry("partial recompute (recipe_hint recompute_method/num_layers): not "
+                        "modelled yet (issue 21)")
+    text = par.get("recompute")
+    t = "" if text is None else str(text)
+    if re.search(r"\b\d+\s+of\s+\d+\s+layers\b", t) or t.strip().lower().startswith("partial"):
+        raise SkipEntry(f"partial recompute ({t.strip()[:60]!r}): not modelled yet (issue 21)")
+    if hint.get("recompute_modules"):
+        return "selective"  # named modules: the model's selective (attention core) is nearest
+    if nemo and _not_stated(text):
+        fam = _family_default(t)
+        if fam is not None:
+            return fam
+        name = f"{model.get('name', '')}"
+        if _NO_RECOMPUTE_FAMILIES.search(name) or not model.get("moe"):
+            return "none"
+    if _not_stated(text) and text is not None:
+        return "full"  # "not stated" is absent: full (README)
+    return parse_recompute(text)
+
+
+def zero_of(par: Mapping[str, Any], *, nemo: bool) -> int:
+    """README: ``zero_stage`` (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2); an ``fsdp`` column
+    > 0 in an NVIDIA table is Megatron-FSDP (3); NVIDIA tables otherwise use the distributed
+    optimizer (1); "not stated" reads as absent."""
+    fsdp = _as_int(par.get("fsdp"))
+    z = par.get("zero_stage")
+    if nemo and fsdp is not None and fsdp > 0:
+        return 3
+    if _not_stated(z):
+        return 1 if nemo else 0
+    return parse_zero(z)
+
+
+def not_modelled(entry: Mapping[str, Any], model: Mapping[str, Any],
+                 par: Mapping[str, Any]) -> list[str]:
+    """Why the cost model cannot score an entry yet, one reason per feature ([] if it can)."""
+    out = []
+    arch = f"{model.get('name', '')} {model.get('arch_notes', '')}"
+    if model.get("mamba") or re.search(r"\bhybrid\b|mamba", arch, re.IGNORECASE):
+        out.append(SKIP_MAMBA)
+    moe = mixture_of_experts(model, par)
+    if not moe and isinstance(model.get("moe"), Mapping):
+        moe = f"model.moe: {model['moe'].get('num_experts', '?')} experts"
+    if moe:
+        out.append(f"{SKIP_MOE} ({moe})")
+    cp = _as_int(par.get("cp"))
+    if cp is not None and cp > 1:
+        out.append(f"{SKIP_CP} (cp={cp})")
+    hint = par.get("recipe_hint") if isinstance(par.get("recipe_hint"), Mapping) else {}
+    if any("offload" in str(k).lower() for k in hint) or "offload" in str(par.get("recompute",
+                                                                                   "")).lower():
+        out.append("activation CPU offload: not modelled yet (issue 21)")
+    if hint.get("pp_layout"):
+        out.append(f"uneven pipeline layout {hint['pp_layout']!r}: not modelled yet (issue 21)")
+    return out
+
+
+def skip_category(reason: str) -> str:
+    """The class of a skip reason (the report counts skips per class)."""
+    r = reason
+    for prefix, cat in ((SKIP_MAMBA, "mamba"), (SKIP_MOE, "MoE (issue 22)"),
+                        (SKIP_CP, "cp > 1 (issue 21)")):
+        if r.startswith(prefix):
+            return cat
+    for key, cat in (("partial recompute", "partial recompute (issue 21)"),
+                     ("uneven interleaved", "uneven interleaved split (issue 21)"),
+                     ("uneven pipeline layout", "uneven pipeline layout (issue 21)"),
+                     ("CPU offload", "activation offload (issue 21)"),
+                     ("with pp > 1", "ZeRO-3/FSDP with pp > 1 (issue 21)"),
+                     ("layout_complete: false", "incomplete layout (layout_complete: false)"),
+                     ("incomplete", "incomplete layout or model"),
+                     ("NCCL", "NCCL bus-bandwidth entry"),
+                     ("analytical", "analytical formula"),
+                     ("the same measurement", "a measurement quoted twice"),
+                     ("no measured step time", "no measured step time, memory or OOM"),
+                     ("catalog key", "GPU without a catalog key"),
+                     ("no fp", "precision the GPU lacks")):
+        if key in r:
+            return cat
+    return r.split(":")[0]
+
+
 def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run:
-    """Map one ``published_runs.yaml`` entry; raises :class:`SkipEntry` with the reason."""
+    """Map one ``published_runs.yaml`` / ``published_runs_2026.yaml`` entry; raises
+    :class:`SkipEntry` with the reason."""
     if not isinstance(entry, Mapping):
         raise SkipEntry(f"malformed entry: a {type(entry).__name__}, not a mapping")
     eid = str(entry.get("id", "?"))
@@ -601,16 +817,22 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
         raise SkipEntry("NCCL bus-bandwidth entry (see the NCCL section)")
     if str(entry.get("type", "")) == "analytical_formula":
         raise SkipEntry("analytical formula, not a measured run")
-    cp = _as_int(par.get("cp"))
-    if cp is not None and cp > 1:
-        raise SkipEntry(f"context parallelism cp={cp}")
-    moe = mixture_of_experts(model, par)
-    if moe:
-        raise SkipEntry(f"mixture of experts ({moe}) is not modelled")
+    reasons = not_modelled(entry, model, par)
+    if reasons:
+        raise SkipEntry("; ".join(reasons))
+    if entry.get("layout_complete") is False:
+        missing = entry.get("layout_missing") or []
+        raise SkipEntry("incomplete layout (layout_complete: false): missing "
+                        + (", ".join(map(str, missing)) if missing else "not listed"))
     tp = _require_int(par, "tp", "layout")
     pp = _require_int(par, "pp", "layout")
     dp = _require_int(par, "dp", "layout")
-    mbs = _require_int(par, "micro_batch", "layout")
+    if par.get("micro_batch") is None and pp == 1 and _as_int(par.get("local_batch")):
+        # torchtitan's local_batch: the per-rank batch; without a pipeline it is the
+        # micro-batch (no other split)
+        mbs = _require_int(par, "local_batch", "layout")
+    else:
+        mbs = _require_int(par, "micro_batch", "layout")
     gbs = _require_int(par, "global_batch", "layout")
     vtrain = group.startswith("vtrain")
     nemo = is_nemo_table(group, par)
@@ -631,17 +853,23 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
             raise SkipEntry("hardware.gpu missing")
         gpu = gpu_key(hardware["gpu"], hardware.get("gpu_memory_gb"))
     gpn = _leading_int(hardware.get("gpus_per_node"), 8)
-    cluster = build_cluster(gpu, world, gpn, hardware.get("inter_node"))
+    domain = _as_int(hardware.get("nvlink_domain_gpus"))
+    cluster = build_cluster(gpu, world, gpn, hardware.get("inter_node"), nvlink_domain=domain)
 
     # layout
     vpp = _as_int(par.get("vpp")) or 1
+    recipe = ""
     if vtrain:
         precision, recompute, zero, vpp = "fp16", "full", 0, 1
     else:
-        precision = parse_precision(par.get("precision"), nemo=nemo)
-        rc_text = par.get("recompute")
-        recompute = "selective" if (nemo and rc_text is None) else parse_recompute(rc_text)
-        zero = 1 if (nemo and par.get("zero_stage") is None) else parse_zero(par.get("zero_stage"))
+        precision, recipe = precision_of(par, nemo=nemo)
+        recompute = recompute_of(par, model, nemo=nemo)
+        zero = zero_of(par, nemo=nemo)
+    if vpp > 1 and spec.num_layers % (pp * vpp):
+        raise SkipEntry(f"uneven interleaved split: {spec.num_layers} layers on pp {pp} x vpp "
+                        f"{vpp} chunks: not modelled yet (issue 21)")
+    if zero >= 3 and pp > 1:
+        raise SkipEntry(f"ZeRO-3/FSDP with pp > 1 (pp={pp}): not modelled yet (issue 21)")
     sp = _bool_field(par.get("sequence_parallel"))
     if sp is None:
         sp = nemo and tp > 1
@@ -662,7 +890,7 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             framework=flags.framework, tp_comm_overlap=flags.tp_comm_overlap)
 
     step, src = measured_step_time(measured, derived, training.tokens_per_step, world,
-                                   include_derived=include_derived)
+                                   include_derived=include_derived, global_batch=gbs)
     location = str((entry.get("source") or {}).get("location", ""))
     table = ""
     per_layer = None
@@ -671,17 +899,32 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
     if isinstance(measured.get("per_layer_combined_ms"), int | float):
         table = "table4"
         per_layer = float(measured["per_layer_combined_ms"]) / 1e3
+    reserved = measured.get("peak_memory_gib")
+    reserved = float(reserved) * 2**30 if isinstance(reserved, int | float) \
+        and not isinstance(reserved, bool) and reserved > 0 else None
     return Run(id=eid, group=group, model=spec, cluster=cluster, training=training,
                parallel=pc, step_time_s=step, step_time_source=src,
                memory_bytes=_measured_memory(measured), oom=measured.get("oom") is True,
-               table=table, per_layer_s=per_layer)
+               table=table, per_layer_s=per_layer,
+               oom_reliable=measured.get("oom_reliable") is not False,
+               reserved_memory_bytes=reserved, precision_recipe=recipe,
+               recipe=recipe_hint_text(par.get("recipe_hint")),
+               dataset=str(entry.get("_file", PUBLISHED_FILE)),
+               reported_tflops_per_gpu=_positive(measured.get("model_tflops_per_gpu")),
+               reported_mfu=(_positive(measured.get("mfu_pct_reported")) or 0.0) / 100 or None)
+
+
+def _positive(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and x > 0 \
+        else None
+
 
 
 def map_vtrain_row(row: Mapping[str, Any]) -> Run:
     """A ``vtrain_single_node.yaml`` row: one A100 80GB node, fp16, full recompute, 1F1B,
     ZeRO 0, ffn 4h, vocab 51200."""
     entry = {
-        "id": row.get("id", "?"), "group": VTRAIN_SINGLE_GROUP,
+        "id": row.get("id", "?"), "group": VTRAIN_SINGLE_GROUP, "_file": VTRAIN_FILE,
         "model": {k: row.get(k) for k in ("layers", "hidden", "heads", "seq_len")},
         "hardware": {"gpu": "A100 80GB", "num_gpus": row.get("num_gpus"), "gpus_per_node": 8},
         "parallel": {k: row.get(k) for k in ("tp", "pp", "dp", "micro_batch", "global_batch")},
@@ -713,14 +956,16 @@ def collect_runs(entries: Iterable[Mapping[str, Any]], vtrain_rows: Iterable[Map
         try:
             run = map_entry(e, include_derived=include_derived)
         except SkipEntry as s:
-            out.skipped.append({"id": str(e.get("id", "?")), "group": group, "reason": str(s)})
+            out.skipped.append({"id": str(e.get("id", "?")), "group": group, "reason": str(s),
+                                "dataset": str(e.get("_file", PUBLISHED_FILE))})
             continue
         if run.step_time_s is None and run.memory_bytes is None and not run.oom \
                 and run.per_layer_s is None:
             why = "no measured step time, memory or OOM"
             if (e.get("derived") or {}).get("iteration_time_s") is not None:
                 why += " (only derived.iteration_time_s: use --include-derived)"
-            out.skipped.append({"id": run.id, "group": group, "reason": why})
+            out.skipped.append({"id": run.id, "group": group, "reason": why,
+                                "dataset": run.dataset})
             continue
         out.runs.append(replace(run, measured_raw=_canonical(e.get("measured"))))
     for r in vtrain_rows:
@@ -739,6 +984,10 @@ def collect_runs(entries: Iterable[Mapping[str, Any]], vtrain_rows: Iterable[Map
         out.runs.append(replace(run, measured_raw=_canonical(row)))
     out.runs, requoted = drop_requotes(out.runs)
     out.skipped.extend(requoted)
+    for x in out.skipped:
+        x.setdefault("dataset", VTRAIN_FILE if x["group"] == VTRAIN_SINGLE_GROUP
+                     else PUBLISHED_FILE)
+        x["category"] = skip_category(x["reason"])
     return out
 
 
@@ -774,7 +1023,7 @@ def drop_requotes(runs: Sequence[Run]) -> tuple[list[Run], list[dict]]:
         if key in first:
             dropped.append({"id": r.id, "group": r.group, "reason":
                             f"the same measurement as {first[key]} (same layout and measured "
-                            "values): counted once"})
+                            "values): counted once", "dataset": r.dataset})
             continue
         first[key] = r.id
         kept.append(r)
@@ -790,6 +1039,9 @@ class Predicted:
     peak_memory_bytes: float  # what must fit (OOM checks)
     observed_memory_bytes: float  # nvidia-smi's maximum (compared with measured memory)
     per_layer_s: float | None = None
+    # PyTorch's reserved memory (torchtitan's peak_memory_gib): what must fit less the CUDA
+    # context, which the caching allocator does not hold (NCCL's own buffers are counted)
+    reserved_memory_bytes: float = float("nan")
 
 
 def _score_group(model, cluster, training, configs: Sequence[ParallelConfig]):
@@ -829,8 +1081,12 @@ def predict(runs: Sequence[Run]) -> tuple[dict[str, Predicted], list[dict]]:
                                    "reason": f"{type(e).__name__}: {e}"})
         for rr, sc in batches:
             for i, r in enumerate(rr):
-                out[r.id] = Predicted(float(sc.step_time_s[i]), float(sc.peak_memory_bytes[i]),
-                                      float(sc.observed_memory_bytes[i]))
+                ctx = sc.memory_breakdown_bytes.get("cuda_context")
+                peak = float(sc.peak_memory_bytes[i])
+                out[r.id] = Predicted(float(sc.step_time_s[i]), peak,
+                                      float(sc.observed_memory_bytes[i]),
+                                      reserved_memory_bytes=peak - (float(ctx[i]) if ctx
+                                                                    is not None else 0.0))
     # Korthikanti Table 4: one layer = difference between L and L - pp layers (one layer less
     # on every pipeline stage, so the heaviest stage's ceil(L/pp) drops by exactly one)
     for r in runs:
@@ -1054,9 +1310,110 @@ def finite(x: Any) -> Any:
     return x
 
 
+def _checked(r: Run) -> bool:
+    """Runs the checks (and the headline figures) cover: the calibrated data of
+    ``published_runs.yaml`` and vTrain. The 2026 groups are scored and reported beside them
+    (``new_groups``), not checked, until the Hopper/Blackwell fidelity work (issue 23)."""
+    return r.dataset != PUBLISHED_2026_FILE
+
+
+def _step_summary(run_rows: Sequence[dict], sweep_rows: Sequence[dict]) -> tuple[list, dict]:
+    """(per-group rows, step-time block) of a set of runs and their sweeps."""
+    by_group: dict[str, list[dict]] = {}
+    for row in run_rows:
+        by_group.setdefault(row["group"], []).append(row)
+    groups = []
+    for g, rows_g in by_group.items():
+        s = _summary([x["ape"] for x in rows_g])
+        rhos = [x["spearman"] for x in sweep_rows if x["group"] == g
+                and math.isfinite(x["spearman"])]
+        signed = [x["signed_error"] for x in rows_g if math.isfinite(x["signed_error"])]
+        s.update({"group": g, "sweeps": len(rhos),
+                  "spearman_mean": float(np.mean(rhos)) if rhos else float("nan"),
+                  "mean_signed_error": float(np.mean(signed)) if signed else float("nan"),
+                  "dataset": rows_g[0]["dataset"]})
+        groups.append(s)
+    groups.sort(key=lambda x: x["group"])
+    valid_rhos = [x["spearman"] for x in sweep_rows if math.isfinite(x["spearman"])]
+    avg_rhos = [x["spearman_replicates_averaged"] for x in sweep_rows
+                if math.isfinite(x["spearman_replicates_averaged"])]
+    mapes = [g["mape"] for g in groups]
+    step = {
+        "count": len(run_rows),
+        "group_balanced_mape": float(np.mean(mapes)) if mapes else float("nan"),
+        "overall": _summary([x["ape"] for x in run_rows]),
+        "worst_group_median_ape": max((g["median_ape"] for g in groups), default=float("nan")),
+        "mean_spearman": float(np.mean(valid_rhos)) if valid_rhos else float("nan"),
+        "n_sweeps": len(valid_rhos),
+        "n_sweeps_undefined": len(sweep_rows) - len(valid_rhos),
+        "mean_spearman_replicates_averaged": float(np.mean(avg_rhos)) if avg_rhos
+        else float("nan"),
+        "n_sweeps_replicates_averaged": len(avg_rhos),
+    }
+    return groups, step
+
+
+def _error_block(rows: Sequence[dict]) -> dict:
+    s = _summary([x["ape"] for x in rows])
+    signed = [x["signed_error"] for x in rows if math.isfinite(x["signed_error"])]
+    s["mean_signed_error"] = float(np.mean(signed)) if signed else float("nan")
+    return s
+
+
+def new_groups_section(run_rows: Sequence[dict], sweep_rows: Sequence[dict]) -> dict:
+    """The 2026 groups as the model scores them today: per group, per group and GPU, per GPU
+    (n, MAPE, median, max, bias = mean signed error)."""
+    rows = [x for x in run_rows if x["dataset"] == PUBLISHED_2026_FILE]
+    groups, step = _step_summary(rows, [x for x in sweep_rows
+                                        if any(r["group"] == x["group"] for r in rows)])
+    for g in groups:  # MFU against the bf16 dense peak, as NVIDIA and Meta report it
+        rg = [x for x in rows if x["group"] == g["group"]]
+        for k in ("mfu_bf16_measured", "mfu_bf16_predicted", "mfu_bf16_reported"):
+            vals = [x[k] for x in rg if math.isfinite(x[k])]
+            g[k] = float(np.mean(vals)) if vals else float("nan")
+    by_gg: dict[tuple[str, str], list[dict]] = {}
+    by_gpu: dict[str, list[dict]] = {}
+    for x in rows:
+        by_gg.setdefault((x["group"], x["gpu"]), []).append(x)
+        by_gpu.setdefault(x["gpu"], []).append(x)
+    return {
+        "groups": groups, "step_time": step,
+        "by_group_and_gpu": [{"group": g, "gpu": gpu, **_error_block(v)}
+                             for (g, gpu), v in sorted(by_gg.items())],
+        "by_gpu": [{"gpu": gpu, **_error_block(v)} for gpu, v in sorted(by_gpu.items())],
+    }
+
+
+def skip_counts(skipped: Sequence[Mapping[str, Any]]) -> dict:
+    """Skipped entries per reason class, per data file."""
+    out: dict[str, dict[str, int]] = {}
+    for x in skipped:
+        d = out.setdefault(str(x.get("dataset", PUBLISHED_FILE)), {})
+        d[x["category"]] = d.get(x["category"], 0) + 1
+    return {k: dict(sorted(v.items(), key=lambda kv: -kv[1])) for k, v in sorted(out.items())}
+
+
+def _bf16_mfu(r: Run, step_s: float | None) -> float:
+    """Model FLOPs per second over the bf16 dense peak (how NVIDIA and Meta report MFU)."""
+    from costmodel.compute import model_flops_per_step
+
+    peak = r.cluster.gpu.peak_flops_per_s.get("bf16") or r.cluster.gpu.peak_flops_per_s.get(
+        "fp16")
+    if not step_s or not peak or not math.isfinite(step_s):
+        return float("nan")
+    flops = model_flops_per_step(r.model, r.training.seq_length, r.training.global_batch_size)
+    return flops / (step_s * r.num_gpus * peak)
+
+
 def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool = False,
              thresholds: Mapping[str, float] | None = None) -> dict:
-    """Run the harness; returns the metrics as one JSON-ready dict (see ``--json``)."""
+    """Run the harness; returns the metrics as one JSON-ready dict (see ``--json``).
+
+    The headline figures and the checks (``groups``, ``step_time``, ``memory``,
+    ``ran_predicted_over_memory``) cover ``published_runs.yaml`` and vTrain, as before the 2026
+    file; its groups are scored and reported in ``new_groups`` (per group, per group and GPU,
+    per GPU), ``step_time_all_groups`` (every group), ``reserved_memory`` (torchtitan) and
+    ``ran_predicted_over_memory_2026``. The OOM check counts every reliable OOM report."""
     t0 = time.perf_counter()
     path = resolve_data_dir(data_dir)
     entries, rows = load_data(path)
@@ -1082,11 +1439,17 @@ def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool
             "predicted_s": p.step_time_s, "ape": ape(p.step_time_s, r.step_time_s),
             "signed_error": (p.step_time_s - r.step_time_s) / r.step_time_s
             if math.isfinite(p.step_time_s) else float("inf"),
+            "dataset": r.dataset, "virtual_stages": r.parallel.virtual_stages,
+            "sequence_parallel": r.parallel.sequence_parallel,
+            "nvlink_domain_gpus": r.cluster.domain_gpus,
+            "precision_recipe": r.precision_recipe, "recipe": r.recipe,
+            "mfu_bf16_measured": _bf16_mfu(r, r.step_time_s),
+            "mfu_bf16_predicted": _bf16_mfu(r, p.step_time_s),
+            "mfu_bf16_reported": (r.reported_tflops_per_gpu * 1e12
+                                  / r.cluster.gpu.peak_flops_per_s["bf16"])
+            if r.reported_tflops_per_gpu and "bf16" in r.cluster.gpu.peak_flops_per_s
+            else r.reported_mfu if r.reported_mfu else float("nan"),
         })
-    by_group: dict[str, list[dict]] = {}
-    for row in run_rows:
-        by_group.setdefault(row["group"], []).append(row)
-
     sweep_rows = []
     for key, rs in group_sweeps(step_runs).items():
         rho = spearman([pred[r.id].step_time_s for r in rs], [r.step_time_s for r in rs])
@@ -1094,37 +1457,16 @@ def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool
         rho_avg = spearman(p_avg, m_avg) if len(p_avg) >= MIN_SWEEP else float("nan")
         sweep_rows.append({"sweep": _sweep_name(key), "group": key[0], "n": len(rs),
                            "spearman": rho, "configs": len(p_avg),
-                           "spearman_replicates_averaged": rho_avg})
-    groups = []
-    for g, rows_g in by_group.items():
-        s = _summary([x["ape"] for x in rows_g])
-        rhos = [x["spearman"] for x in sweep_rows if x["group"] == g
-                and math.isfinite(x["spearman"])]
-        signed = [x["signed_error"] for x in rows_g if math.isfinite(x["signed_error"])]
-        s.update({"group": g, "sweeps": len(rhos),
-                  "spearman_mean": float(np.mean(rhos)) if rhos else float("nan"),
-                  "mean_signed_error": float(np.mean(signed)) if signed else float("nan")})
-        groups.append(s)
-    groups.sort(key=lambda x: x["group"])
-    valid_rhos = [x["spearman"] for x in sweep_rows if math.isfinite(x["spearman"])]
-    avg_rhos = [x["spearman_replicates_averaged"] for x in sweep_rows
-                if math.isfinite(x["spearman_replicates_averaged"])]
-    mapes = [g["mape"] for g in groups]
-    step = {
-        "count": len(run_rows),
-        "group_balanced_mape": float(np.mean(mapes)) if mapes else float("nan"),
-        "overall": _summary([x["ape"] for x in run_rows]),
-        "worst_group_median_ape": max((g["median_ape"] for g in groups), default=float("nan")),
-        "mean_spearman": float(np.mean(valid_rhos)) if valid_rhos else float("nan"),
-        "n_sweeps": len(valid_rhos),
-        "n_sweeps_undefined": len(sweep_rows) - len(valid_rhos),
-        "mean_spearman_replicates_averaged": float(np.mean(avg_rhos)) if avg_rhos
-        else float("nan"),
-        "n_sweeps_replicates_averaged": len(avg_rhos),
-    }
+                           "spearman_replicates_averaged": rho_avg,
+                           "dataset": rs[0].dataset})
+    checked_ids = {r.id for r in col.runs if _checked(r)}
+    checked_rows = [x for x in run_rows if x["id"] in checked_ids]
+    checked_sweeps = [x for x in sweep_rows if x["dataset"] != PUBLISHED_2026_FILE]
+    groups, step = _step_summary(checked_rows, checked_sweeps)
+    _, step_all = _step_summary(run_rows, sweep_rows)
 
     # ---- memory and OOM --------------------------------------------------------------------
-    mem_rows, oom_rows, over_rows = [], [], []
+    mem_rows, oom_rows, over_rows, over_2026, reserved_rows = [], [], [], [], []
     for r in col.runs:
         if r.id not in pred:
             continue
@@ -1137,27 +1479,47 @@ def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool
                              "ape": ape(p.observed_memory_bytes, r.memory_bytes),
                              "signed_error": (p.observed_memory_bytes - r.memory_bytes)
                              / r.memory_bytes})
+        if r.reserved_memory_bytes is not None:
+            reserved_rows.append({"id": r.id, "group": r.group, "gpu": r.cluster.gpu.name,
+                                  "measured_GiB": r.reserved_memory_bytes / 2**30,
+                                  "predicted_GiB": p.reserved_memory_bytes / 2**30,
+                                  "capacity_GiB": cap / 2**30,
+                                  "ape": ape(p.reserved_memory_bytes, r.reserved_memory_bytes),
+                                  "signed_error": (p.reserved_memory_bytes
+                                                   - r.reserved_memory_bytes)
+                                  / r.reserved_memory_bytes})
         if r.oom:
             oom_rows.append({"id": r.id, "group": r.group,
                              "predicted_GiB": p.peak_memory_bytes / 2**30,
                              "capacity_GiB": cap / 2**30,
-                             "predicted_to_fit": bool(p.peak_memory_bytes <= cap)})
+                             "predicted_to_fit": bool(p.peak_memory_bytes <= cap),
+                             "oom_reliable": r.oom_reliable, "dataset": r.dataset})
         if r.step_time_s is not None and p.peak_memory_bytes > cap:
             # it ran (a step time was measured), so it fitted: the model is too pessimistic
-            over_rows.append({"id": r.id, "group": r.group,
-                              "predicted_GiB": p.peak_memory_bytes / 2**30,
-                              "capacity_GiB": cap / 2**30,
-                              "ratio": p.peak_memory_bytes / cap})
+            row = {"id": r.id, "group": r.group, "predicted_GiB": p.peak_memory_bytes / 2**30,
+                   "capacity_GiB": cap / 2**30, "ratio": p.peak_memory_bytes / cap}
+            (over_rows if _checked(r) else over_2026).append(row)
     memory = _summary([x["ape"] for x in mem_rows])
     memory.update({"unit": "GiB (measured 'GB' read as 2**30 bytes)", "runs": mem_rows})
     signed = [x["signed_error"] for x in mem_rows if math.isfinite(x["signed_error"])]
     memory["mean_signed_error"] = float(np.mean(signed)) if signed else float("nan")
-    oom = {"count": len(oom_rows),
-           "predicted_to_fit": sum(1 for x in oom_rows if x["predicted_to_fit"]),
-           "runs": oom_rows}
+    reserved = _error_block(reserved_rows)
+    reserved.update({"unit": "GiB", "what": "torchtitan peak_memory_gib (PyTorch max reserved) "
+                     "vs predicted peak less the CUDA context", "runs": reserved_rows})
+    # the data's owner marks some OOM reports unreliable (bloom_prequel_110): listed, not
+    # counted
+    reliable = [x for x in oom_rows if x["oom_reliable"]]
+    oom = {"count": len(reliable),
+           "predicted_to_fit": sum(1 for x in reliable if x["predicted_to_fit"]),
+           "runs": reliable,
+           "excluded_unreliable": [x for x in oom_rows if not x["oom_reliable"]]}
     over_rows.sort(key=lambda x: -x["ratio"])
-    ran = sum(1 for r in col.runs if r.id in pred and r.step_time_s is not None)
+    over_2026.sort(key=lambda x: -x["ratio"])
+    ran = sum(1 for r in col.runs if r.id in pred and r.step_time_s is not None and _checked(r))
     ran_over = {"count": ran, "predicted_over": len(over_rows), "runs": over_rows}
+    ran_2026 = sum(1 for r in col.runs if r.id in pred and r.step_time_s is not None
+                   and not _checked(r))
+    ran_over_2026 = {"count": ran_2026, "predicted_over": len(over_2026), "runs": over_2026}
 
     # ---- Korthikanti Table 5 and Table 4 ---------------------------------------------------
     t5 = [x for x in run_rows if any(r.id == x["id"] and r.table == "table5" for r in step_runs)]
@@ -1204,13 +1566,19 @@ def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool
         "include_derived": include_derived,
         "counts": {"entries": col.n_entries, "runs": len(col.runs),
                    "step_time_runs": len(run_rows), "skipped": len(col.skipped),
-                   "model_errors": len(model_errors)},
+                   "model_errors": len(model_errors),
+                   "by_dataset": _dataset_counts(col, run_rows)},
         "groups": groups,
         "step_time": step,
+        "step_time_all_groups": step_all,
+        "new_groups": new_groups_section(run_rows, sweep_rows),
+        "skip_counts": skip_counts(col.skipped),
         "sweeps": sweep_rows,
         "memory": memory,
+        "reserved_memory": reserved,
         "oom": oom,
         "ran_predicted_over_memory": ran_over,
+        "ran_predicted_over_memory_2026": ran_over_2026,
         "korthikanti_table5": table5,
         "korthikanti_table4": table4,
         "nccl": nccl,
@@ -1223,6 +1591,18 @@ def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool
         "timing_s": {"load_and_map": t1 - t0, "score": t2 - t1,
                      "total": time.perf_counter() - t0},
     }
+
+
+def _dataset_counts(col: Collected, run_rows: Sequence[dict]) -> dict:
+    out: dict[str, dict[str, int]] = {}
+    for r in col.runs:
+        out.setdefault(r.dataset, {"runs": 0, "step_time_runs": 0, "skipped": 0})["runs"] += 1
+    for x in run_rows:
+        out[x["dataset"]]["step_time_runs"] += 1
+    for x in col.skipped:
+        out.setdefault(x["dataset"], {"runs": 0, "step_time_runs": 0, "skipped": 0})[
+            "skipped"] += 1
+    return dict(sorted(out.items()))
 
 
 # =============================================================================================
@@ -1274,6 +1654,42 @@ def format_report(res: Mapping[str, Any], *, verbose: bool = False, worst: int =
     out.append(f"  ({_num(s['mean_spearman_replicates_averaged'])} over "
                f"{s['n_sweeps_replicates_averaged']} sweeps with repeated measurements of one "
                "configuration averaged; not checked)")
+    ng = res.get("new_groups")
+    if ng and ng["groups"]:
+        out.append("")
+        out.append(f"{PUBLISHED_2026_FILE} groups (reported, not checked): step time as the "
+                   "model scores them today")
+        out.append(_table(["group", "n", "MAPE", "median", "max", "bias", "MFU meas",
+                           "MFU pred", "MFU src"],
+                          [[g["group"], str(g["count"]), _pct(g["mape"]), _pct(g["median_ape"]),
+                            _pct(g["max_ape"]), _pct(g["mean_signed_error"]),
+                            _pct(g["mfu_bf16_measured"]), _pct(g["mfu_bf16_predicted"]),
+                            _pct(g["mfu_bf16_reported"])]
+                           for g in ng["groups"]]))
+        out.append("  MFU: model FLOPs (paraplan's count, full s^2 attention) per second over "
+                   "the bf16 dense peak, at the measured / predicted step time; MFU src: the "
+                   "source's model TFLOP/s per GPU over the bf16 peak, or its own MFU "
+                   "(torchtitan; against the FP8 peak on its Float8 405B row)")
+        out.append("")
+        out.append("  per group and GPU")
+        out.append(_table(["group", "gpu", "n", "MAPE", "median", "max", "bias"],
+                          [[x["group"], x["gpu"], str(x["count"]), _pct(x["mape"]),
+                            _pct(x["median_ape"]), _pct(x["max_ape"]),
+                            _pct(x["mean_signed_error"])] for x in ng["by_group_and_gpu"]]))
+        out.append("")
+        out.append("  per GPU")
+        out.append(_table(["gpu", "n", "MAPE", "median", "max", "bias"],
+                          [[x["gpu"], str(x["count"]), _pct(x["mape"]), _pct(x["median_ape"]),
+                            _pct(x["max_ape"]), _pct(x["mean_signed_error"])]
+                           for x in ng["by_gpu"]]))
+        sa = res["step_time_all_groups"]
+        out.append(f"  all groups together: group-balanced MAPE "
+                   f"{_pct(sa['group_balanced_mape'])} over {sa['count']} runs")
+    if res.get("skip_counts"):
+        out.append("")
+        out.append("Skipped entries per reason (per data file)")
+        for f, cats in res["skip_counts"].items():
+            out.append(f"  {f}: " + "; ".join(f"{k} {n}" for k, n in cats.items()))
     m = res["memory"]
     out.append("")
     out.append(f"Memory vs measured per-GPU peaks ({m['unit']}): n={m['count']} MAPE "
@@ -1285,12 +1701,26 @@ def format_report(res: Mapping[str, Any], *, verbose: bool = False, worst: int =
                          f"{x['capacity_GiB']:.1f} GiB -> "
                          f"{'FITS (wrong)' if x['predicted_to_fit'] else 'OOM (right)'}"
                          for x in o["runs"]))
+    if o.get("excluded_unreliable"):
+        out.append("  not counted (oom_reliable: false): "
+                   + ", ".join(f"{x['id']} (predicted {x['predicted_GiB']:.1f} GiB)"
+                               for x in o["excluded_unreliable"]))
+    rm = res.get("reserved_memory")
+    if rm and rm["count"]:
+        out.append(f"Reserved memory (torchtitan peak_memory_gib, GiB): n={rm['count']} MAPE "
+                   f"{_pct(rm['mape'])} median {_pct(rm['median_ape'])} max "
+                   f"{_pct(rm['max_ape'])} bias {_pct(rm['mean_signed_error'])}")
     ro = res["ran_predicted_over_memory"]
     top = ro["runs"][:5]
     out.append(f"Runs that ran (step time measured) but are predicted over the GPU's memory: "
                f"{ro['predicted_over']} of {ro['count']}"
                + ("; worst: " + ", ".join(f"{x['id']} {x['ratio']:.2f}x" for x in top)
                   if top else ""))
+    r26 = res.get("ran_predicted_over_memory_2026")
+    if r26 and r26["count"]:
+        out.append(f"  {PUBLISHED_2026_FILE}: {r26['predicted_over']} of {r26['count']}"
+                   + ("; worst: " + ", ".join(f"{x['id']} {x['ratio']:.2f}x"
+                                              for x in r26["runs"][:5]) if r26["runs"] else ""))
     t5 = res["korthikanti_table5"]
     out.append("")
     out.append(f"Korthikanti Table 5 (end-to-end iteration time): {t5['within_5pct']} of "

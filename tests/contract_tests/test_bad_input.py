@@ -94,6 +94,13 @@ def test_unknown_sampler(capsys):
     assert "tpe" in line.split("'tpee'", 1)[1]  # the valid spelling is offered
 
 
+def test_nccl_grammar_is_checked_before_scoring(capsys):
+    # NCCL lets only the first entry omit the collective; the space used to admit this and
+    # scoring then failed (issue 20): one grammar, costmodel.nccl_grammar, decides
+    assert_bad(run_cli(capsys, "--model", "7b", "--gpus", "16", "--nccl-algo",
+                       "allreduce:tree;ring"), 2, "space.nccl_algo", "first entry")
+
+
 def test_unknown_precision_flag(capsys):
     assert_bad(run_cli(capsys, "--model", "7b", "--gpus", "8", "--precision", "bf17"), 2,
                "precision", "'bf17'", "did you mean 'bf16'")
@@ -380,6 +387,45 @@ def test_search_without_storage_writes_nothing(capsys, tmp_path, monkeypatch):
                             "--trials", "16", "--tp", "2,4,8", "--json")
     assert rc == 0, err
     assert list(tmp_path.iterdir()) == []
+
+
+# ==== NCCL settings: the cost model's grammar, checked before the search ====================
+BAD_NCCL = [("--nccl-algo", "allreduce:tree;ring", "names no collective"),
+            ("--nccl-algo", "allreduce:tree;allreduce:ring", "given twice"),
+            ("--nccl-proto", "allreduce:ll;simple", "names no collective")]
+
+
+@pytest.mark.parametrize("flag, value, why", BAD_NCCL)
+def test_nccl_flag_the_scoring_parser_rejects_exits_2_before_the_search(capsys, monkeypatch,
+                                                                       flag, value, why):
+    def no_search(*_a, **_k):
+        raise AssertionError("the space was enumerated before its NCCL settings were checked")
+
+    monkeypatch.setattr("optimizer.search.engine.enumerate_valid", no_search)
+    field = "space." + flag[2:].replace("-", "_")
+    line = assert_bad(run_cli(capsys, "--model", "7b", "--gpus", "16", flag, value), 2,
+                      f"error: {field}:", repr(value), why)
+    assert line.startswith(f"error: {field}:")
+
+
+def test_nccl_setting_of_a_run_file_names_the_parallel_field(capsys, tmp_path):
+    f = write(tmp_path / "run.yaml", RUN_TEMPLATE.format(
+        model="llama-7b", nodes=2, per_node=8, tp=8, pp=1, dp=2, precision="bf16").replace(
+        "precision: bf16}", "precision: bf16, nccl_algo: 'allreduce:tree;ring'}"))
+    # named by the optimizer's check ("parallel.nccl_algo: ...") or by the rules' NCCL gate
+    # ("parallel (nccl_gates): ... parallel.nccl_algo: ..."), whichever runs first
+    line = assert_bad(run_cli(capsys, "evaluate", f), 2, "parallel.nccl_algo:",
+                      "names no collective")
+    assert line.startswith("error: parallel")
+
+
+@needs_studies
+def test_nccl_setting_of_a_study_space_names_the_study_field(capsys, tmp_path):
+    f = write(tmp_path / "s.yaml", "schema_version: 1\nname: s\nmodel: llama-7b\n"
+              "cluster: {gpus: 16, gpu: a100-sxm-80gb}\n"
+              "space: {nccl_algo: ['allreduce:tree;ring']}\n")
+    assert_bad(run_cli(capsys, "--study", f), 2, "error: study.space.nccl_algo:",
+               "names no collective")
 
 
 # ==== usage =================================================================================

@@ -156,7 +156,7 @@ def test_python_api_documents_validate():
     assert assert_valid(json.loads(json.dumps(e.value.payload)), "infeasible") == "infeasible"
 
 
-@pytest.mark.skipif(not HAS_NCCL_CLI, reason="optimizer.nccl_cli (optimize nccl, issue 4) is not "
+@pytest.mark.skipif(not HAS_NCCL_CLI, reason="optimizer.cli.nccl (optimize nccl, issue 4) is not "
                                              "in the tree yet; its --json document is untested")
 def test_nccl_document_validates():
     doc = run_cli_json(["nccl", "--collective", "allreduce", "--size", "1GiB", "--gpus", "16"],

@@ -277,3 +277,22 @@ def test_geometry_equals_brute_force_over_every_group(gpus, hosts_per_domain):
             rows = sorted({s % domain for s in starts})
             ranks = np.asarray(rows)[:, None] + np.asarray(offsets)[None, :]
             assert L._spans_np(ranks, gpus) == L._spans(rows, offsets, gpus)
+
+
+def test_a_preset_may_declare_a_domain(monkeypatch):
+    # no NVL72 preset ships yet (issue 23); a hand-made one shows presets carry the domain
+    from costmodel import hardware as H
+
+    base = H._preset("dgx-b200")
+    nvl72 = H._Preset("test-nvl72", base.gpu, 4, base.intra, base.inter, "test rack",
+                      "hand-made for a test", gpus_per_domain=72)
+    monkeypatch.setitem(H._PRESETS, "test-nvl72", nvl72)
+    c = H.get_cluster_preset("test-nvl72", 18)
+    assert (c.gpus_per_node, c.domain_gpus, c.num_domains) == (4, 72, 1)
+    assert load_cluster("test-nvl72", default_gpus=144).num_domains == 2
+    assert load_cluster({"preset": "test-nvl72", "num_nodes": 2}).domain_gpus == 72
+    # a partial host (3 GPUs) is its own domain; a changed host size drops the preset's
+    assert load_cluster("test-nvl72", default_gpus=3).domain_gpus == 3
+    assert load_cluster({"preset": "test-nvl72"}, default_gpus=2).domain_gpus == 2
+    assert load_cluster({"preset": "test-nvl72", "gpus_per_node": 8,
+                         "num_nodes": 2}).gpus_per_domain is None

@@ -416,7 +416,7 @@ def test_inter_node_fit_keeps_the_intra_scale(tmp_path, slow_a100_file):
 def test_save_cluster_is_atomic(tmp_path, slow_a100_file, monkeypatch):
     target = tmp_path / "cluster.yaml"
     target.write_text("previous content\n")
-    import optimizer.output.fileio as fileio
+    import optimizer.core.fileio as fileio
 
     def boom(src, dst):
         raise OSError(28, "No space left on device")

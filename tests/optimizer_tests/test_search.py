@@ -320,3 +320,21 @@ def test_seeded_tpe_from_the_command_line_twice_gives_identical_fronts():
         fronts.append(json.loads(res.stdout)["pareto_front"])
     assert fronts[0] == fronts[1]
     assert len(fronts[0]) >= 1
+
+
+@pytest.mark.parametrize("space", [{"nccl_algo": ("ring", "allreduce:tree;ring")},
+                                   {"nccl_proto": ("allreduce:ll;simple",)}])
+def test_nccl_settings_are_checked_by_the_scoring_parser(p65, space):
+    """A value the space accepts but costmodel.collectives.parse_nccl_spec (what scoring uses)
+    rejects fails in problem_space, naming the space field, for mappings and SearchSpaces."""
+    from costmodel.errors import InputError
+    from search_spaces.space import SearchSpace
+
+    problem, _, base, _ = p65
+    (dim,) = space
+    with pytest.raises(InputError, match="names no collective") as e:
+        search.problem_space(problem, space)
+    assert e.value.field == f"space.{dim}"
+    with pytest.raises(InputError) as e:
+        search.problem_space(problem, SearchSpace(**{**base.as_dict(), **space}))
+    assert e.value.field == f"space.{dim}"

@@ -101,7 +101,7 @@ BLOOM_110_OOM = {
                               "bytes/param extra unsharded) ; pp-partition type:transformer|"
                               "embedding",
                  "framework": "Megatron-DeepSpeed + DeepSpeed"},
-    "measured": {"oom": True},
+    "measured": {"oom": True, "oom_reliable": False},
 }
 LLMFOUNDRY_080 = {
     "id": "llmfoundry_080_30b_a100_80gb_amp_bf16_8gpu_s4096",
@@ -273,8 +273,10 @@ def test_bloom_bf16_oom_entry():
     run = v.map_entry(BLOOM_110_OOM)
     assert run.oom is True and run.step_time_s is None and run.memory_bytes is None
     assert run.parallel.precision == "bf16"
-    # kept by collect_runs for the OOM check although it has no step time
+    # kept by collect_runs although it has no step time; its report is marked unreliable,
+    # so the OOM check lists it apart (test_unreliable_oom_reports_are_listed_not_counted)
     assert [r.id for r in v.collect_runs([BLOOM_110_OOM]).runs] == ["bloom_prequel_110"]
+    assert run.oom_reliable is False
 
 
 def test_llmfoundry_fsdp_tokens_per_second_and_roce():
@@ -326,8 +328,9 @@ def test_vtrain_single_row():
 def test_nemo_table_defaults():
     run = v.map_entry(NEMO_ROW)
     p = run.parallel
+    # README (2026): the NVIDIA recipes run the dense Llama rows without recompute
     assert (p.recompute, p.sequence_parallel, p.zero_stage, p.precision) == (
-        "selective", True, 1, "fp8")
+        "none", True, 1, "fp8")
     assert (p.schedule, p.virtual_stages) == ("interleaved", 5)
     m = run.model
     assert (m.gated_mlp, m.tied_embeddings, m.num_kv_heads, m.normalization) == (
@@ -541,19 +544,16 @@ def test_memory_errors_do_not_depend_on_the_optimizer(result):
     assert abs(statistics.median(by["fp16"]) - statistics.median(by["bf16"])) <= 0.06
 
 
-@pytest.mark.xfail(reason="bloom_prequel_110 (206B, tp4 pp12 dp8 mb2, bf16) is reported OOM "
-                   "but predicted at ~59 GiB, while bloom_prequel_104 (203B, same layout, "
-                   "4.56e9 vs 4.60e9 parameters on the heaviest GPU, same micro-batch) "
-                   "measured 67 GiB; nothing in the layout separates the two",
-                   strict=False)
 def test_no_oom_run_predicted_to_fit(result):
     assert [x["id"] for x in result["oom"]["runs"] if x["predicted_to_fit"]] == []
+    assert result["oom"]["count"] >= 3  # BLOOM's 051 and torchtitan's two A100 OOMs
 
 
-def test_only_the_known_oom_run_is_predicted_to_fit(result):
-    fits = [x["id"] for x in result["oom"]["runs"] if x["predicted_to_fit"]]
-    assert set(fits) <= {"bloom_prequel_110"}
-    assert any(not x["predicted_to_fit"] for x in result["oom"]["runs"])
+def test_unreliable_oom_reports_are_listed_not_counted(result):
+    # the data's owner marks bloom_prequel_110's OOM report oom_reliable: false
+    excluded = [x["id"] for x in result["oom"]["excluded_unreliable"]]
+    assert excluded == ["bloom_prequel_110"]
+    assert "bloom_prequel_110" not in [x["id"] for x in result["oom"]["runs"]]
 
 
 def test_runs_that_ran_are_rarely_predicted_over_memory(result):

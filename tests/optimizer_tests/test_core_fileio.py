@@ -1,4 +1,4 @@
-"""Atomic file writes (optimizer.output.fileio): replace or keep the old content, never a
+"""Atomic file writes (optimizer.core.fileio): replace or keep the old content, never a
 half-written file or a stray temporary."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from costmodel.errors import InputError
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
-    from optimizer.output.fileio import atomic_write_bytes, atomic_write_text
+    from optimizer.core.fileio import atomic_write_bytes, atomic_write_text
 
     target = tmp_path / "front.json"
     atomic_write_text(target, "old\n")
@@ -23,7 +23,7 @@ def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
 
 
 def test_atomic_write_failure_keeps_old_content(tmp_path, monkeypatch):
-    from optimizer.output import fileio
+    from optimizer.core import fileio
 
     target = tmp_path / "study.yaml"
     target.write_text("precious\n")
@@ -40,7 +40,7 @@ def test_atomic_write_failure_keeps_old_content(tmp_path, monkeypatch):
 
 
 def test_atomic_write_interrupted_keeps_old_content(tmp_path, monkeypatch):
-    from optimizer.output import fileio
+    from optimizer.core import fileio
 
     target = tmp_path / "front.png"
     target.write_bytes(b"old")
@@ -56,7 +56,7 @@ def test_atomic_write_interrupted_keeps_old_content(tmp_path, monkeypatch):
 
 
 def test_atomic_write_bad_destinations(tmp_path):
-    from optimizer.output.fileio import atomic_write_text
+    from optimizer.core.fileio import atomic_write_text
 
     with pytest.raises(InputError, match="does not exist"):
         atomic_write_text(tmp_path / "no" / "such" / "dir.json", "x", field="--plot")

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from costmodel.specs import ParallelConfig
-from optimizer.problem import Problem, document_head
+from optimizer.core.problem import Problem, document_head
 
 SAFETY_MARGIN = 0.05  # the recommended configuration keeps 5% of the limit free
 

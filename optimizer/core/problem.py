@@ -2,7 +2,8 @@
 
 :func:`resolve_problem` turns names, files and mappings into a frozen :class:`Problem`;
 :func:`document_head` starts every contract document (schema version, tool, inputs with the
-problem's fingerprint). Imports only :mod:`costmodel`, so every optimizer package can use it.
+problem's fingerprint). Imports only :mod:`costmodel` and :mod:`optimizer.core`, so every
+optimizer package can use it.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class Problem:
     allow_cross_node_tp: bool = False
 
     def inputs_json(self) -> dict[str, Any]:
-        from optimizer.output.serialize import cluster_to_dict, model_to_dict
+        from optimizer.core.serialize import cluster_to_dict, model_to_dict
 
         doc = {
             "model": model_to_dict(self.model),

@@ -1,0 +1,299 @@
+"""The 2026 collection (``published_runs_2026.yaml``): the README's mapping conventions, the
+skip reasons per entry, and that reading it leaves the calibrated figures unchanged."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from costmodel.errors import InputError
+from optimizer.validation import compare as cmp
+from optimizer.validation import published as v
+
+NVL72 = {"gpu": "NVIDIA GB200 (Grace-Blackwell, GB200 NVL72 rack)", "gpus_per_node": 4,
+         "nvlink_domain_gpus": 72, "inter_node": "between NVL72 racks: not stated in source",
+         "num_gpus": 32}
+LLAMA3_70B = {"name": "Llama 3 70B", "layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8,
+              "ffn_hidden": 28672, "vocab": 128000, "seq_len": 4096,
+              "arch_notes": "GQA, SwiGLU, RoPE"}
+BRIDGE_ROW = {  # trimmed mbridge_26p06_gb200_llama3_70b_mxfp8_32gpu_sft
+    "id": "bridge_gb200_70b", "group": "mbridge_perf_dense_sft", "layout_complete": True,
+    "_file": v.PUBLISHED_2026_FILE, "model": LLAMA3_70B, "hardware": NVL72,
+    "parallel": {"tp": 1, "pp": 8, "dp": 4, "cp": 1, "ep": 1, "vpp": 10, "micro_batch": 1,
+                 "global_batch": 32, "zero_stage": 1, "sequence_parallel": False,
+                 "precision": "MXFP8 (MXFP8, 1x32 block scaling, Blackwell)",
+                 "precision_norm": "mxfp8",
+                 "framework": "Megatron-Bridge / NeMo 26.06 container (Megatron-Core)",
+                 "recompute": "none (llama recipes leave recompute_granularity unset/None)",
+                 "recipe_hint": {"tag": "v0.5.0", "preset": ["X"], "layout_matches_table": True,
+                                 "cuda_graph_impl": "transformer_engine",
+                                 "cuda_graph_scope": "mlp"}},
+    "measured": {"tokens_per_s_per_gpu": 3600, "model_tflops_per_gpu": 1500},
+    "derived": {"iteration_time_s": 1.138},
+}
+TORCHTITAN_ROW = {  # trimmed torchtitan_2412_llama31_8b_128gpu_fsdp_compile_float8
+    "id": "tt_8b_float8", "group": "torchtitan_llama3_h100_2412", "layout_complete": True,
+    "_file": v.PUBLISHED_2026_FILE,
+    "model": {"name": "Llama 3 8B", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8,
+              "ffn_hidden": 14336, "vocab": 128000, "seq_len": 8192},
+    "hardware": {"gpu": "NVIDIA H100 SXM 96GB HBM2e (500 W power limit)", "gpu_memory_gb": 96,
+                 "gpus_per_node": 8, "inter_node": "RDMA backend network, 400 Gb/s per GPU",
+                 "num_gpus": 128},
+    "parallel": {"tp": 1, "pp": 1, "dp": 128, "cp": 1, "local_batch": 2, "global_batch": 256,
+                 "fsdp": "128", "zero_stage": 3, "precision": "Float8 + BF16",
+                 "recompute": "selective", "framework": "torchtitan (PyTorch FSDP2/DTensor)"},
+    "measured": {"tokens_per_s_per_gpu": 8380, "peak_memory_gib": 61.8},
+}
+MLPERF_ROW = {  # trimmed mlperf_v51_amd_mi355x_..._llama31_8b
+    "id": "mlperf_mi355x", "group": "mlperf_training_v5p1_llama31", "layout_complete": True,
+    "_file": v.PUBLISHED_2026_FILE,
+    "model": {"name": "Llama 3.1 8B", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8,
+              "ffn_hidden": 14336, "vocab": 128000, "seq_len": 8192},
+    "hardware": {"gpu": "AMD Instinct MI355X", "gpus_per_node": 8, "num_gpus": 8},
+    "parallel": {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 2,
+                 "global_batch": 32, "zero_stage": "not stated", "precision_norm": "fp8",
+                 "precision": "FP8 (recipe not stated)", "recompute": "not stated",
+                 "framework": "PyTorch 2.8.0 ROCm 7.0.0"},
+    "measured": {"throughput_samples_per_s": 25.0},
+}
+
+
+def _with(entry, **sections):
+    out = json.loads(json.dumps(entry))
+    for key, change in sections.items():
+        if isinstance(change, dict):
+            out[key].update(change)
+        else:
+            out[key] = change
+    return out
+
+
+# ---- mapping ---------------------------------------------------------------------------------
+def test_nvl72_row_maps_to_a_72_gpu_domain_of_4_gpu_hosts():
+    run = v.map_entry(BRIDGE_ROW)
+    c = run.cluster
+    assert c.gpu.name == "gb200" and c.gpus_per_node == 4 and c.num_nodes == 8
+    assert c.domain_gpus == 72 and c.num_domains == 1
+    assert c.inter_node.nics_per_node == 4  # the preset's, the text names none
+    p = run.parallel
+    assert (p.precision, run.precision_recipe) == ("fp8", "mxfp8")
+    assert (p.recompute, p.zero_stage, p.schedule, p.virtual_stages) == ("none", 1,
+                                                                        "interleaved", 10)
+    assert "cuda_graph_impl=transformer_engine" in run.recipe
+    assert run.step_time_s == pytest.approx(32 * 4096 / (3600 * 32))
+    assert run.dataset == v.PUBLISHED_2026_FILE
+    assert run.reported_tflops_per_gpu == 1500
+
+
+@pytest.mark.parametrize("norm,precision", [("bf16", "bf16"), ("fp8", "fp8"),
+                                            ("mxfp8", "fp8"), ("nvfp4", "fp8"),
+                                            ("blockwise", "fp8"), ("fp8_presumed", "fp8")])
+def test_precision_norm_maps_to_the_nearest_model_precision(norm, precision):
+    run = v.map_entry(_with(BRIDGE_ROW, parallel={"precision_norm": norm}))
+    assert run.parallel.precision == precision and run.precision_recipe == norm
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("not stated in table; family default: none (llama recipes ...)", "none"),
+    ("not stated [preset @ v0.4.2 sets no recompute override]", "none"),  # dense Llama
+    ("not stated in table; family default: selective (...)", "selective"),
+    ("full", "full"), ("selective", "selective"),
+])
+def test_nvidia_recompute_defaults(text, expected):
+    run = v.map_entry(_with(BRIDGE_ROW, parallel={"recompute": text}))
+    assert run.parallel.recompute == expected
+
+
+def test_recipe_hint_comes_before_the_defaults():
+    hint = {**BRIDGE_ROW["parallel"]["recipe_hint"], "recompute_modules": ["core_attn"]}
+    assert v.map_entry(_with(BRIDGE_ROW, parallel={"recipe_hint": hint})).parallel.recompute \
+        == "selective"
+    hint = {**hint, "recompute_num_layers": 5, "recompute_method": "block"}
+    with pytest.raises(v.SkipEntry, match=r"partial recompute.*issue 21"):
+        v.map_entry(_with(BRIDGE_ROW, parallel={"recipe_hint": hint}))
+
+
+def test_megatron_fsdp_column_is_zero_3():
+    run = v.map_entry(_with(BRIDGE_ROW, parallel={"fsdp": 32, "pp": 1, "dp": 32, "vpp": 1}))
+    assert run.parallel.zero_stage == 3
+    with pytest.raises(v.SkipEntry, match=r"ZeRO-3/FSDP with pp > 1"):
+        v.map_entry(_with(BRIDGE_ROW, parallel={"fsdp": 4}))
+
+
+def test_torchtitan_row():
+    run = v.map_entry(TORCHTITAN_ROW)
+    p = run.parallel
+    assert (p.micro_batch_size, p.zero_stage, p.precision, p.recompute) == (2, 3, "fp8",
+                                                                           "selective")
+    assert run.precision_recipe == "float8 (torchao)"
+    assert run.training.framework == "fsdp"  # PyTorch FSDP2
+    assert run.cluster.gpu.name == "h100-sxm-80gb"  # README: H100 -> h100-sxm-80gb
+    assert run.reserved_memory_bytes == pytest.approx(61.8 * 2**30)
+    assert run.memory_bytes is None  # nvidia-smi memory is BLOOM's; this is reserved memory
+
+
+def test_mlperf_row():
+    run = v.map_entry(MLPERF_ROW)
+    assert run.cluster.gpu.name == "mi355x"
+    assert run.step_time_s == pytest.approx(32 / 25.0)
+    assert run.step_time_source == "throughput_samples_per_s"
+    p = run.parallel
+    # not an NVIDIA table: "not stated" reads as absent (full recompute, ZeRO 0)
+    assert (p.precision, p.recompute, p.zero_stage) == ("fp8", "full", 0)
+    t = v.map_entry(_with(MLPERF_ROW, measured={"iteration_time_s": 1.1}))
+    assert t.step_time_s == 1.1 and t.step_time_source == "iteration_time_s"
+
+
+@pytest.mark.parametrize("change,reason", [
+    ({"parallel": {"cp": 2, "dp": 2}}, "cp > 1: context parallelism not modelled yet (issue 21)"),
+    ({"model": {"moe": {"num_experts": 64, "top_k": 8}}}, "MoE (issue 22)"),
+    ({"model": {"mamba": {"num_heads": 64}}}, "mamba"),
+    ({"layout_complete": False, "layout_missing": ["model_dims"]},
+     "incomplete layout (layout_complete: false): missing model_dims"),
+    ({"parallel": {"vpp": 3}}, "uneven interleaved split: 80 layers on pp 8 x vpp 3"),
+])
+def test_skips_name_what_is_missing(change, reason):
+    with pytest.raises(v.SkipEntry) as e:
+        v.map_entry(_with(BRIDGE_ROW, **change))
+    assert str(e.value).startswith(reason)
+
+
+def test_skip_categories():
+    col = v.collect_runs([_with(BRIDGE_ROW, parallel={"cp": 2, "dp": 2}),
+                          _with(BRIDGE_ROW, model={"moe": {"num_experts": 8}}),
+                          BRIDGE_ROW])
+    assert [r.id for r in col.runs] == ["bridge_gb200_70b"]
+    assert [x["category"] for x in col.skipped] == ["cp > 1 (issue 21)", "MoE (issue 22)"]
+    assert v.skip_counts(col.skipped) == {v.PUBLISHED_2026_FILE: {"cp > 1 (issue 21)": 1,
+                                                                  "MoE (issue 22)": 1}}
+
+
+@pytest.mark.parametrize("text,key", [
+    ("NVIDIA GB200 (Grace-Blackwell, GB200 NVL72 rack)", "gb200"),
+    ("NVIDIA Blackwell Ultra GPU (GB300)", "gb300"),
+    ("NVIDIA Blackwell Ultra GPU (B300-SXM-270GB)", "b300"),
+    ("NVIDIA Blackwell GPU (B200-SXM-180GB)", "b200"), ("NVIDIA B200 (DGX-B200)", "b200"),
+    ("AMD Instinct MI355X", "mi355x"), ("AMD Instinct MI350X", "mi350x"),
+    ("NVIDIA H800", "h800-sxm-80gb"), ("NVIDIA H100 SXM 96GB HBM2e", "h100-sxm-80gb"),
+    ("NVIDIA A100 40GB", "a100-sxm-40gb"),
+])
+def test_gpu_keys(text, key):
+    assert v.gpu_key(text) == key
+
+
+def test_unreliable_oom_is_kept_and_marked():
+    e = {"id": "x_oom", "group": "bloom_prequel_config_sweep", "model": LLAMA3_70B,
+         "hardware": {"gpu": "NVIDIA A100 80GB", "num_gpus": 64},
+         "parallel": {"tp": 8, "pp": 8, "dp": 1, "micro_batch": 1, "global_batch": 64},
+         "measured": {"oom": True, "oom_reliable": False}}
+    run = v.map_entry(e)
+    assert run.oom and not run.oom_reliable
+
+
+# ---- the comparison tool ---------------------------------------------------------------------
+def test_compare_reports_changes_and_ignores_additions(tmp_path, capsys):
+    before = {"groups": [{"group": "a", "mape": 0.1}], "runs": [{"id": "r", "ape": 0.2}],
+              "timing_s": {"total": 1.0}, "step_time": {"count": 2}}
+    same = {**before, "groups": before["groups"] + [{"group": "new", "mape": 0.9}],
+            "timing_s": {"total": 9.0}, "new_groups": {}}
+    assert cmp.diff(before, same) == []
+    changed = {**same, "runs": [{"id": "r", "ape": 0.25}]}
+    assert cmp.diff(before, changed) == [".runs[id=r].ape: 0.2 -> 0.25"]
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(before))
+    b.write_text(json.dumps(changed))
+    assert cmp.main([str(a), str(b)]) == 1
+    assert "1 difference(s)" in capsys.readouterr().out
+    assert cmp.main([str(a), str(a)]) == 0
+
+
+# ---- the real data -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def data_dir():
+    try:
+        path = v.resolve_data_dir()
+    except InputError as e:
+        pytest.skip(f"validation data not available: {e}")
+    if not (path / v.PUBLISHED_2026_FILE).is_file():
+        pytest.skip(f"no {v.PUBLISHED_2026_FILE}")
+    return path
+
+
+@pytest.fixture(scope="module")
+def result(data_dir):
+    return v.validate(data_dir)
+
+
+def test_every_gpu_in_the_data_has_a_catalog_key(data_dir):
+    entries, _ = v.load_data(data_dir)
+    gpus = {str((e.get("hardware") or {}).get("gpu")) for e in entries
+            if (e.get("hardware") or {}).get("gpu")}
+    assert len(gpus) > 20
+    for text in gpus:
+        v.gpu_key(text)  # raises SkipEntry for a GPU without a key
+
+
+def test_no_run_is_skipped_for_its_gpu(result):
+    bad = [x for x in result["skipped"] if x["category"] in (
+        "GPU without a catalog key", "precision the GPU lacks") or "GPU" in x["reason"]]
+    assert bad == []
+
+
+ALLOWED_2026_SKIPS = {"MoE (issue 22)", "mamba", "cp > 1 (issue 21)",
+                      "uneven interleaved split (issue 21)",
+                      "incomplete layout (layout_complete: false)",
+                      "incomplete layout or model", "no measured step time, memory or OOM"}
+
+
+def test_2026_entries_are_mapped_or_skipped_for_a_known_reason(result):
+    cats = result["skip_counts"][v.PUBLISHED_2026_FILE]
+    assert set(cats) <= ALLOWED_2026_SKIPS, cats
+    by = result["counts"]["by_dataset"][v.PUBLISHED_2026_FILE]
+    assert by["runs"] + by["skipped"] == 176
+    assert by["step_time_runs"] >= 30
+
+
+def test_every_dense_2026_group_is_scored(result):
+    groups = {g["group"]: g["count"] for g in result["new_groups"]["groups"]}
+    for g in ("mbridge_perf_dense_blackwell", "mbridge_perf_dense_sft",
+              "megatron_lm_examples_llama_fp8", "mlperf_training_v5p1_llama31",
+              "torchtitan_llama3_h100_2412", "torchtitan_docs_perf_2024_a100"):
+        assert groups.get(g, 0) >= 1, g
+    gpus = {x["gpu"] for x in result["new_groups"]["by_gpu"]}
+    assert {"h100-sxm-80gb", "b200", "b300", "gb200", "gb300", "mi355x"} <= gpus
+
+
+def test_2026_ooms_and_reserved_memory_are_reported(result):
+    ids = {x["id"] for x in result["oom"]["runs"]}
+    assert {"torchtitan_2404_a100_llama2_70b_64gpu_lbs2_selective_op_OOM"} <= ids
+    assert result["reserved_memory"]["count"] >= 4
+
+
+def test_the_2026_file_leaves_the_calibrated_figures_unchanged(data_dir, result, tmp_path):
+    old = tmp_path / "old"
+    old.mkdir()
+    for f in (v.PUBLISHED_FILE, v.VTRAIN_FILE):
+        if (data_dir / f).is_file():
+            shutil.copy(data_dir / f, old / f)
+    before = v.validate(old)
+    keys = ("groups", "step_time", "sweeps", "memory", "ran_predicted_over_memory",
+            "korthikanti_table5", "korthikanti_table4", "nccl", "skipped")
+    d = cmp.diff({k: before[k] for k in keys}, {k: result[k] for k in keys})
+    assert d == []
+    assert {x["id"] for x in before["runs"]} <= {x["id"] for x in result["runs"]}
+
+
+def test_report_prints_the_new_groups(result):
+    text = v.format_report(result, worst=0)
+    assert "published_runs_2026.yaml groups (reported, not checked)" in text
+    assert "per group and GPU" in text and "Skipped entries per reason" in text
+    assert "not counted (oom_reliable: false): bloom_prequel_110" in text
+
+
+def test_head_dim_when_given():
+    m = {**LLAMA3_70B, "hidden": 2880, "heads": 64, "head_dim": 64}
+    spec, _ = v.model_spec(m, name="gpt-oss-like")
+    assert spec.head_dim == 64
+    assert v.model_spec(LLAMA3_70B, name="x")[0].head_dim == 128
