@@ -40,6 +40,7 @@ __all__ = [
     "NCCL_PRODUCTION_WARNING",
     "TORCHTITAN_TARGET",
     "deepspeed_refusal",
+    "megatron_deepspeed_args",
     "launch_targets",
     "megatron_refusal",
     "megatron_script",
@@ -366,6 +367,17 @@ def deepspeed_config(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
 
 
 DEEPSPEED_TARGET = "DeepSpeed 0.19 (DeepSpeedConfig; Megatron-DeepSpeed for pp > 1)"
+
+
+def megatron_deepspeed_args(config: ParallelConfig) -> list[str]:
+    """The layout arguments of Megatron-DeepSpeed, which owns TP and PP when DeepSpeed runs
+    a pipeline (the JSON config carries batch, precision, ZeRO and checkpointing only);
+    ``--deepspeed_config`` names the ``deepspeed_config`` file."""
+    a = ["--tensor-model-parallel-size", str(config.tp),
+         "--pipeline-model-parallel-size", str(config.pp)]
+    if config.pp == 1:
+        a.append("--no-pipeline-parallel")
+    return [*a, "--deepspeed", "--deepspeed_config", "ds_config.json"]
 
 
 def deepspeed_refusal(config: ParallelConfig) -> list[str]:
@@ -768,8 +780,10 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
         if split is not None:
             w.append(f"uneven pipeline split ({model.num_layers} layers on pp={config.pp}: "
                      f"{split[0]} on the first stage, {split[1]} on the last, the rest evenly): "
-                     "Megatron gets --decoder-first/last-pipeline-num-layers, DeepSpeed the "
-                     "type:transformer|embedding partition; torchtitan's own split may differ")
+                     "Megatron gets --decoder-first/last-pipeline-num-layers, torchtitan "
+                     "first/last_stage_less_layers; Megatron-DeepSpeed needs a partition "
+                     "method that counts the embedding and the head as layers (BLOOM's "
+                     "type:transformer|embedding), not the default type:transformer")
     if training is not None and _interleaved(config):
         m = _microbatches(training, config)
         if m % config.pp:
@@ -791,7 +805,8 @@ def launch_targets(model: ModelSpec, config: ParallelConfig) -> dict[str, Any]:
     return {
         "megatron": {"target": MEGATRON_TARGET, "script": megatron_script(model),
                      "supported": mr is None, "reasons": [] if mr is None else [mr]},
-        "deepspeed": {"target": DEEPSPEED_TARGET, "supported": not ds, "reasons": ds},
+        "deepspeed": {"target": DEEPSPEED_TARGET, "supported": not ds, "reasons": ds,
+                      "megatron_deepspeed_args": megatron_deepspeed_args(config)},
         "torchtitan": {"target": TORCHTITAN_TARGET, "module": TORCHTITAN_MODULE + ".py",
                        "supported": not tt, "reasons": tt},
     }

@@ -73,6 +73,9 @@ def check_deepspeed(ds, result):
     recompute = c.recompute != "none"
     assert bool(cfg.activation_checkpointing_config.partition_activations) == (
         recompute and c.tp > 1)
+    layout = launch["targets"]["deepspeed"]["megatron_deepspeed_args"]
+    assert layout[:4] == ["--tensor-model-parallel-size", str(c.tp),
+                          "--pipeline-model-parallel-size", str(c.pp)]
     if c.pp > 1:
         # PipelineEngine: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'
         starts = cfg.zero_optimization_stage < ZeroStageEnum.gradients
