@@ -762,6 +762,7 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
         refusal = megatron_refusal(model)
         if refusal is not None:
             w.append(refusal)
+        w += unexpressed(model)
         if not model.causal:
             w.append(f"{model.name} is an encoder: the Megatron-LM arguments are for "
                      "pretrain_bert.py (BERT's pooler, binary head and MLM transform are not "
@@ -797,14 +798,29 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
     return w
 
 
+def unexpressed(model: ModelSpec) -> list[str]:
+    """Model features the cost model may score that no target's artefacts express yet (a
+    ModelSpec with Mixture-of-Experts or MLA layers): every target is then not faithful."""
+    r = []
+    if getattr(model, "moe", None) is not None:
+        r.append(f"{model.name} has Mixture-of-Experts layers: the launch artefacts do not "
+                 "emit expert flags yet and would build a dense model")
+    if getattr(model, "mla", None) is not None:
+        r.append(f"{model.name} uses multi-head latent attention: the launch artefacts do not "
+                 "emit MLA flags yet")
+    return r
+
+
 def launch_targets(model: ModelSpec, config: ParallelConfig) -> dict[str, Any]:
     """Per framework target: its name and version, whether its artefacts train what was
     scored (``supported``) and, if not, why (``reasons``)."""
     mr = megatron_refusal(model)
-    ds, tt = deepspeed_refusal(config), torchtitan_refusal(model, config)
+    common = unexpressed(model)
+    mr_list = ([] if mr is None else [mr]) + common
+    ds, tt = deepspeed_refusal(config) + common, torchtitan_refusal(model, config) + common
     return {
         "megatron": {"target": MEGATRON_TARGET, "script": megatron_script(model),
-                     "supported": mr is None, "reasons": [] if mr is None else [mr]},
+                     "supported": not mr_list, "reasons": mr_list},
         "deepspeed": {"target": DEEPSPEED_TARGET, "supported": not ds, "reasons": ds,
                       "megatron_deepspeed_args": megatron_deepspeed_args(config)},
         "torchtitan": {"target": TORCHTITAN_TARGET, "module": TORCHTITAN_MODULE + ".py",
