@@ -53,7 +53,7 @@ class Efficiency:
 # check at micro-batch 1) comes out at 0.85x its MFU on average, the rest being its unstated
 # interleaving and the DP reduce-scatter of dp=48 runs.
 # fp8 GEMMs reach ``fp8_gemm_scale`` x the bf16 fraction of their own (2x) peak. Transformer
-# Engine's cast-transpose kernels are charged apart, as HBM traffic (model.py FP8_CAST_BYTES):
+# Engine's cast-transpose kernels are charged apart, as HBM traffic (layers.FP8_CAST_BYTES):
 # they grow with h and the GEMMs with h^2, so folding them into this factor (0.7, before)
 # fitted the small models and made large models' fp8 GEMMs ~20% too slow. 0.85 fits
 # llm-foundry's three H100 fp8 rows (1B and 3B: -3.9%, -1.4%, -0.3%; 0.8 gives -2.4..+3.0%).
@@ -64,8 +64,9 @@ class Efficiency:
 # ``allocator_fraction``: GMLake (Guo et al., ASPLOS 2024, arXiv:2401.08156) reports PyTorch's
 # caching allocator leaving 15% of its reserve fragmented on average (up to 33%) over eight
 # LLMs trained with DeepSpeed, FSDP and Colossal-AI on A100 80GB. 0.15 is that average, not a
-# fit; model.py applies it to what is allocated and freed within a step (activations, logits,
-# engine buckets, autograd-allocated gradients). Against BLOOM's 37 measured peaks it gives a
+# fit; stage_memory.py applies it to what is allocated and freed within a step (activations,
+# logits, engine buckets, autograd-allocated gradients). Against BLOOM's 37 measured peaks it
+# gives a
 # memory MAPE of 4.7% (0.05: 8.9%, 0.10: 6.7%, 0.20: 4.5%, with 21 runs that ran predicted
 # over their GPU's memory against 11). Megatron-LM's recommended
 # PYTORCH_ALLOC_CONF=expandable_segments:True fragments less, which the model does not credit.
@@ -80,7 +81,7 @@ class Efficiency:
 # 0.80, 0.85, 0.90, 0.95 (over all sweeps 0.877; 0.882, 0.890, 0.888, 0.880): 0.85 is a
 # narrow optimum. Fixed 128x128 tiles, as before, gave 0.911 on vTrain. The large tiles also
 # slow Korthikanti's tp-8 layers (Table 4); ``gemm`` stays at 0.78 once the unfused
-# softmax's HBM passes follow Megatron's kernels (model.py). Per-(hidden, tp, micro-batch)
+# softmax's HBM passes follow Megatron's kernels (layers.py). Per-(hidden, tp, micro-batch)
 # residuals on vTrain stay at -32..+22% with ~1% spread inside each cell at tp >= 2 (2-8% at
 # tp = 1): kernel choices at particular shapes that only a measured GEMM table of the A100
 # would capture.
@@ -95,7 +96,7 @@ class Efficiency:
 # runs (their errors shrink from about -33% to -10..-23%: it explains part of their slowness,
 # not all). It applies to GEMMs the model runs through cuBLAS: the linears and the unfused
 # attention core; fused attention instead pads the head dimension to its kernels' step
-# (compute.py / model.py).
+# (compute.py / layers.py).
 _AMPERE = Efficiency(gemm=0.78, gemm_k_half=128.0, memory=0.85, attention=0.35,
                      kernel_overhead_s=4e-6, step_overhead_s=0.0,
                      cuda_context_bytes=1.5e9, allocator_fraction=0.15, gemm_misaligned=0.125)
@@ -129,70 +130,40 @@ def efficiency_for(compute_capability: int) -> Efficiency:
 
 
 @dataclass(frozen=True)
-class FrameworkCosts:
-    """What a training framework adds on top of the kernels (per framework, not per GPU).
+class HostCosts:
+    """The host side of each layer, which the GPU waits for when the layer is small.
 
     ``layer_pass_s``: host-side cost per layer and pass (forward, recomputed forward, and each
     of the two backward GEMM sets) that the GPU waits for: eager-mode op dispatch, autograd
     and checkpointing hooks, stream synchronisation. Dominant for small layers, negligible for
-    large ones. ``pipe_buffers``: two full activations (b s h, 16-bit) per in-flight micro-batch
-    on top of the layers' checkpoints, a calibrated term: DeepSpeed's PipelineEngine keeps the
-    received input and the stage output per micro-batch (pipe_buffers, num_pipe_buffers), but
-    with tp > 1 (pipe partitioning) its 0.6 code keeps only the output's 1/t partition and the
-    input is the first layer's checkpoint; BLOOM's measured peaks grow by 6-8 GiB per unit of
-    micro-batch at 12 micro-batches in flight, which that count (4.7-5.2) undershoots and two
-    full tensors (6.0-6.6) match; what holds the rest is not identified (docs/cost-model.md).
-    ``reduce_bucket_bytes`` / ``gather_bucket_bytes``: the gradient-reduce and parameter
-    all-gather buckets the engine allocates (DeepSpeed reduce_bucket_size and
-    allgather_bucket_size, 5e8 elements each by default, in 16-bit). BF16_Optimizer has no
-    reduce bucket: it reduces its fp32 buffer through a cast (model._reduce_copy_bytes).
-    ``bf16_fp32_grads``: DeepSpeed's BF16_Optimizer (bf16 weights, ZeRO 0/1) accumulates
-    gradients in an unsharded fp32 buffer besides the bf16 gradients (+2 bytes per parameter
-    over Megatron), and the all-reduce casts that buffer to ``grad_comm_bytes`` after the
-    backward (a transient copy, model._reduce_copy_bytes). ``zero_grad16``: DeepSpeed's ZeRO
-    optimizer (and FP16_Optimizer) keeps 16-bit gradients and casts the local gradient
-    partition to fp32 for the step: 2 bytes of 16-bit gradient per parameter plus 4 of fp32
-    gradient sharded from ZeRO-1 on, beside the 12 optimizer bytes (DeepSpeed's own estimators, cost-model.md 4.3; model._gradient_bytes).
-    ``collective_s``: rendezvous cost of each blocking TP collective (the ranks' launch skew).
-    ``loss_bytes_per_logit`` / ``grad_accum_bytes``: HBM traffic of an unfused cross entropy
-    and of gradient accumulation outside the GEMMs (Megatron-DeepSpeed; derived byte counts,
-    see the fields).
-    ``async_tp_grad``: the column-parallel linears (QKV, FC1) launch the all-reduce (with
-    sequence parallelism: reduce-scatter) of their input gradient asynchronously and run
-    their weight-gradient GEMM meanwhile (Megatron-LM's
-    LinearWithGradAccumulationAndAsyncCommunication, default since 2022; with SP its
-    backward all-gather overlaps the data-gradient GEMM). Megatron-DeepSpeed's 2021 fork
-    blocks on both; the validation data agree (vTrain/BLOOM rank worse with it on).
-    ``elementwise_traffic``: HBM traffic of norms, activations, residuals and rotary relative
-    to the fused minimum the model counts (Megatron fuses them; DeepSpeed partly; FSDP stacks
-    such as llm-foundry run them mostly unfused).
-
-    Fitted on the validation data: DeepSpeed's host cost on vTrain's single-node sweep (714
-    runs: small layers are host-bound at ~3.4 ms per layer and micro-batch at tp > 1 and
-    ~3.0-3.2 ms at tp = 1, i.e. ~0.78 ms per pass plus ~45 us per TP collective call), its
-    element-wise traffic on BLOOM and vTrain, FSDP's on llm-foundry's short-sequence
-    runs (where attention is small). Megatron-LM needs none: with its backward TP overlap
-    (``async_tp_grad``) Korthikanti et al.'s Table 4 layers are within 2.6% and Table 5's
-    iterations within 3.7% with the kernel model alone.
+    large ones.
     """
 
-    layer_pass_s: float
-    collective_s: float = 0.0  # rendezvous cost per blocking TP collective (launch skew)
+    layer_pass_s: float = 0.0
+    # Host time of each blocking TP collective call, on top of ``layer_pass_s`` (tp > 1 only):
+    # Megatron's mappings return at once when the TP group has one rank (_reduce: "Bypass the
+    # function if we are using only 1 GPU"), so a tp = 1 layer issues no collective; with
+    # tp > 1 every all-reduce goes through torch.distributed / ProcessGroupNCCL (checks, work
+    # object, CUDA event record + stream wait on each side, NCCL enqueue and kernel launch).
+    # It only shows where the layer is host-bound.
+    collective_host_s: float = 0.0
     # p of the p-norm that joins a layer's host and GPU time (compute.soft_max; inf: the
     # plain maximum). See the DeepSpeed entry of FRAMEWORKS.
     host_overlap_p: float = 7.0
+
+
+@dataclass(frozen=True)
+class KernelCosts:
+    """The layers' kernels beyond the fused minimum the model counts.
+
+    ``elementwise_traffic``: HBM traffic of norms, activations, residuals and rotary relative
+    to the fused minimum the model counts (Megatron fuses them; DeepSpeed partly; FSDP stacks
+    such as llm-foundry run them mostly unfused). ``loss_bytes_per_logit`` /
+    ``grad_accum_bytes``: HBM traffic of an unfused cross entropy and of gradient
+    accumulation outside the GEMMs (Megatron-DeepSpeed; derived byte counts, see the fields).
+    """
+
     elementwise_traffic: float = 1.0  # HBM traffic of element-wise ops / the fused minimum
-    pipe_buffers: bool = False
-    reduce_bucket_bytes: float = 0.0
-    gather_bucket_bytes: float = 0.0
-    bf16_fp32_grads: bool = False
-    zero_grad16: bool = False
-    # Gradients live in the param.grad tensors (in the weights' dtype) that autograd allocates
-    # during each step's backward, between activation blocks, and zero_grad(set_to_none=True)
-    # frees after the step (DeepSpeed's ZeRO optimizer and BF16_Optimizer): they fragment the
-    # caching allocator like activations do. Megatron-LM keeps gradients in one contiguous buffer
-    # allocated at start-up.
-    autograd_grads: bool = False
     # HBM bytes per logit of the cross entropy (forward + backward). Megatron's
     # _VocabParallelCrossEntropy as Megatron-DeepSpeed runs it (2021-22) is unfused:
     # .contiguous() + .float() of the 16-bit logits (r2 w2 + r2 w4), max (r4), subtract (r4 w4),
@@ -204,67 +175,17 @@ class FrameworkCosts:
     # PyTorch's AccumulateGrad adds each later micro-batch's fresh 16-bit gradient into
     # param.grad (the first one is handed over) (read 2 + 2, write 2 = 6; BF16_Optimizer,
     # which clears the bf16 gradients before each backward and adds them into its fp32
-    # buffer after it, is charged model.HP_GRAD_UPDATE_BYTES on every micro-batch instead)
+    # buffer after it, is charged layers.HP_GRAD_UPDATE_BYTES on every micro-batch instead)
     # unless the framework fuses accumulation into the weight-gradient GEMM (Megatron-LM's
     # gradient_accumulation_fusion into the fp32 main_grad). The word embedding's dense
     # backward also zero-fills a full [V/t, h] gradient every micro-batch (+2).
     grad_accum_bytes: float = 0.0
-    # Bytes per gradient element on the wire of the data-parallel reduction of 16-bit (and
-    # fp8) training; 0 means the gradient buffer's own width (GRAD_BYTES: Megatron-LM reduces
-    # its fp32 main_grad). DeepSpeed reduces in ``communication_data_type``, which defaults to
-    # the training dtype, fp16 or bf16 (engine.py communication_data_type / allreduce_bucket;
-    # BF16_Optimizer's fp32 accumulators are cast to bf16 for the all-reduce; ZeRO 1-3 reduce
-    # and gather in the same dtype): 2 bytes. fp32 training stays at 4.
-    grad_comm_bytes: float = 0.0
-    # Pipeline send/recv are blocking and not batched (DeepSpeed PipelineEngine: p2p.send /
-    # p2p.recv one after another, each waited on by the compute stream), so a middle stage pays
-    # its four transfers per micro-batch (receive activation, send activation, receive
-    # gradient, send gradient) one after another; Megatron-LM batches each send with the
-    # opposite receive (send_forward_recv_backward), two transfer times.
-    serial_p2p: bool = False
-    # backward TP collectives of QKV / FC1 overlapped with their weight-gradient GEMMs
-    async_tp_grad: bool = False
-    # Host time of each blocking TP collective call, on top of ``layer_pass_s`` (tp > 1 only):
-    # Megatron's mappings return at once when the TP group has one rank (_reduce: "Bypass the
-    # function if we are using only 1 GPU"), so a tp = 1 layer issues no collective; with
-    # tp > 1 every all-reduce goes through torch.distributed / ProcessGroupNCCL (checks, work
-    # object, CUDA event record + stream wait on each side, NCCL enqueue and kernel launch).
-    # It only shows where the layer is host-bound.
-    collective_host_s: float = 0.0
-    # DeepSpeed's PipelineEngine keeps only the TP partition of a sent activation and
-    # re-gathers the full tensor for the backward (one more all-gather per micro-batch on
-    # every stage but the last; runtime/pipe/engine.py _exec_backward_pass)
-    pipe_regather_output: bool = False
-    # Bytes per logit (per TP rank) the loss keeps from a micro-batch's forward to its backward,
-    # and what it allocates on top while it runs. Megatron's vocabulary-parallel cross entropy
-    # casts the 16-bit logits to fp32 and turns that copy in place into the softmax it saves
-    # (4, Korthikanti 4.3's fp32 logits); the caller holds the 16-bit logits during the
-    # forward, the backward adds their 16-bit gradient (2). DeepSpeed's PipelineEngine also
-    # keeps the 16-bit logits as the last stage's output buffer (``pipe_buffers``: 2 more,
-    # added in model.score). llm-foundry's MPT uses flash-attn's fused cross entropy
-    # (loss_fn: fused_crossentropy, its default): the 16-bit logits are saved, no fp32 copy.
-    logits_saved_bytes: float = 4.0
-    logits_transient_bytes: float = 2.0
-    # fp16 training keeps fp16 main gradients (reduced in fp16) and its optimizer step copies
-    # them (or the distributed optimizer's shard) to fp32: Megatron-LM (cost-model.md 4.2: 20
-    # and 4 + 16/d bytes); DeepSpeed's ZeRO optimizer does the same through ``zero_grad16``
-    fp16_grad_copy: bool = False
     # selective recompute re-runs a fused (flash) attention core too: Megatron-Core
     # checkpoints core_attn whatever its kernel; legacy Megatron (Megatron-DeepSpeed) only
     # checkpoints the unfused one
     recompute_fused_attention: bool = False
-    # ZeRO-2 re-gathers the parameters for every micro-batch's forward: PyTorch FSDP
-    # SHARD_GRAD_OP reshards after each backward; DeepSpeed stage 2 keeps full parameters
-    zero2_regather: bool = False
-    # ZeRO-3 keeps only the fp32 flat-parameter shard (PyTorch FSDP: 4 + 4 + 8 = 16 bytes per
-    # parameter over d with mixed precision, the 16-bit copy existing only for gathered
-    # units); DeepSpeed ZeRO-3 keeps a 16-bit partition beside its fp32 master (18 over d)
-    fp32_flat_shard: bool = False
-    # fp8 training keeps Transformer Engine's fp8 weight copies (and transposes) across a
-    # step's micro-batches: Megatron-Core passes is_first_microbatch to its TE layers
-    fp8_weight_cache: bool = False
     # the unfused attention softmax is Megatron's fused scale-mask-softmax kernel, with its
-    # PyTorch fallback for shapes the kernel does not take (model.softmax_falls_back):
+    # PyTorch fallback for shapes the kernel does not take (layers.softmax_falls_back):
     # Megatron-LM and Megatron-DeepSpeed; FSDP stacks run their own attention (llm-foundry:
     # flash or Triton kernels), charged the fused kernel's passes. ``softmax_in_fp32``: that
     # fallback computes in fp32 (Megatron-DeepSpeed, whose apply_query_key_layer_scaling is on
@@ -273,10 +194,162 @@ class FrameworkCosts:
     softmax_in_fp32: bool = False
 
 
+@dataclass(frozen=True)
+class TensorParallelCosts:
+    """The TP collectives' cost beyond NCCL's model, and their overlap.
+
+    ``async_tp_grad``: the column-parallel linears (QKV, FC1) launch the all-reduce (with
+    sequence parallelism: reduce-scatter) of their input gradient asynchronously and run
+    their weight-gradient GEMM meanwhile (Megatron-LM's
+    LinearWithGradAccumulationAndAsyncCommunication, default since 2022; with SP its
+    backward all-gather overlaps the data-gradient GEMM). Megatron-DeepSpeed's 2021 fork
+    blocks on both; the validation data agree (vTrain/BLOOM rank worse with it on).
+    """
+
+    collective_s: float = 0.0  # rendezvous cost per blocking TP collective (launch skew)
+    # backward TP collectives of QKV / FC1 overlapped with their weight-gradient GEMMs
+    async_tp_grad: bool = False
+
+
+@dataclass(frozen=True)
+class PipelineCosts:
+    """The pipeline engine's transfers and buffers.
+
+    ``pipe_buffers``: two full activations (b s h, 16-bit) per in-flight micro-batch
+    on top of the layers' checkpoints, a calibrated term: DeepSpeed's PipelineEngine keeps the
+    received input and the stage output per micro-batch (pipe_buffers, num_pipe_buffers), but
+    with tp > 1 (pipe partitioning) its 0.6 code keeps only the output's 1/t partition and the
+    input is the first layer's checkpoint; BLOOM's measured peaks grow by 6-8 GiB per unit of
+    micro-batch at 12 micro-batches in flight, which that count (4.7-5.2) undershoots and two
+    full tensors (6.0-6.6) match; what holds the rest is not identified (docs/cost-model.md).
+    The last stage's output buffer also keeps the 16-bit logits (2 bytes per logit, added in
+    stage_memory.memory_context).
+    """
+
+    # Pipeline send/recv are blocking and not batched (DeepSpeed PipelineEngine: p2p.send /
+    # p2p.recv one after another, each waited on by the compute stream), so a middle stage pays
+    # its four transfers per micro-batch (receive activation, send activation, receive
+    # gradient, send gradient) one after another; Megatron-LM batches each send with the
+    # opposite receive (send_forward_recv_backward), two transfer times.
+    serial_p2p: bool = False
+    # DeepSpeed's PipelineEngine keeps only the TP partition of a sent activation and
+    # re-gathers the full tensor for the backward (one more all-gather per micro-batch on
+    # every stage but the last; runtime/pipe/engine.py _exec_backward_pass)
+    pipe_regather_output: bool = False
+    pipe_buffers: bool = False
+
+
+@dataclass(frozen=True)
+class DataParallelCosts:
+    """Gradients, their data-parallel reduction and the optimizer's states.
+
+    ``bf16_fp32_grads``: DeepSpeed's BF16_Optimizer (bf16 weights, ZeRO 0/1) accumulates
+    gradients in an unsharded fp32 buffer besides the bf16 gradients (+2 bytes per parameter
+    over Megatron), and the all-reduce casts that buffer to ``grad_comm_bytes`` after the
+    backward (a transient copy, stage_memory.reduce_copy_bytes). ``zero_grad16``: DeepSpeed's
+    ZeRO optimizer (and FP16_Optimizer) keeps 16-bit gradients and casts the local gradient
+    partition to fp32 for the step: 2 bytes of 16-bit gradient per parameter plus 4 of fp32
+    gradient sharded from ZeRO-1 on, beside the 12 optimizer bytes (DeepSpeed's own
+    estimators, cost-model.md 4.3; stage_memory.gradient_bytes).
+    """
+
+    # Bytes per gradient element on the wire of the data-parallel reduction of 16-bit (and
+    # fp8) training; 0 means the gradient buffer's own width (GRAD_BYTES: Megatron-LM reduces
+    # its fp32 main_grad). DeepSpeed reduces in ``communication_data_type``, which defaults to
+    # the training dtype, fp16 or bf16 (engine.py communication_data_type / allreduce_bucket;
+    # BF16_Optimizer's fp32 accumulators are cast to bf16 for the all-reduce; ZeRO 1-3 reduce
+    # and gather in the same dtype): 2 bytes. fp32 training stays at 4.
+    grad_comm_bytes: float = 0.0
+    bf16_fp32_grads: bool = False
+    zero_grad16: bool = False
+    # fp16 training keeps fp16 main gradients (reduced in fp16) and its optimizer step copies
+    # them (or the distributed optimizer's shard) to fp32: Megatron-LM (cost-model.md 4.2: 20
+    # and 4 + 16/d bytes); DeepSpeed's ZeRO optimizer does the same through ``zero_grad16``
+    fp16_grad_copy: bool = False
+    # ZeRO-2 re-gathers the parameters for every micro-batch's forward: PyTorch FSDP
+    # SHARD_GRAD_OP reshards after each backward; DeepSpeed stage 2 keeps full parameters
+    zero2_regather: bool = False
+    # ZeRO-3 keeps only the fp32 flat-parameter shard (PyTorch FSDP: 4 + 4 + 8 = 16 bytes per
+    # parameter over d with mixed precision, the 16-bit copy existing only for gathered
+    # units); DeepSpeed ZeRO-3 keeps a 16-bit partition beside its fp32 master (18 over d)
+    fp32_flat_shard: bool = False
+
+
+@dataclass(frozen=True)
+class MemoryCosts:
+    """What the framework allocates beside the model states and activations.
+
+    ``reduce_bucket_bytes`` / ``gather_bucket_bytes``: the gradient-reduce and parameter
+    all-gather buckets the engine allocates (DeepSpeed reduce_bucket_size and
+    allgather_bucket_size, 5e8 elements each by default, in 16-bit). BF16_Optimizer has no
+    reduce bucket: it reduces its fp32 buffer through a cast (stage_memory.reduce_copy_bytes).
+    """
+
+    reduce_bucket_bytes: float = 0.0
+    gather_bucket_bytes: float = 0.0
+    # Gradients live in the param.grad tensors (in the weights' dtype) that autograd allocates
+    # during each step's backward, between activation blocks, and zero_grad(set_to_none=True)
+    # frees after the step (DeepSpeed's ZeRO optimizer and BF16_Optimizer): they fragment the
+    # caching allocator like activations do. Megatron-LM keeps gradients in one contiguous buffer
+    # allocated at start-up.
+    autograd_grads: bool = False
+    # Bytes per logit (per TP rank) the loss keeps from a micro-batch's forward to its backward,
+    # and what it allocates on top while it runs. Megatron's vocabulary-parallel cross entropy
+    # casts the 16-bit logits to fp32 and turns that copy in place into the softmax it saves
+    # (4, Korthikanti 4.3's fp32 logits); the caller holds the 16-bit logits during the
+    # forward, the backward adds their 16-bit gradient (2). DeepSpeed's PipelineEngine also
+    # keeps the 16-bit logits as the last stage's output buffer (``pipe_buffers``: 2 more,
+    # added in stage_memory). llm-foundry's MPT uses flash-attn's fused cross entropy
+    # (loss_fn: fused_crossentropy, its default): the 16-bit logits are saved, no fp32 copy.
+    logits_saved_bytes: float = 4.0
+    logits_transient_bytes: float = 2.0
+    # fp8 training keeps Transformer Engine's fp8 weight copies (and transposes) across a
+    # step's micro-batches: Megatron-Core passes is_first_microbatch to its TE layers
+    fp8_weight_cache: bool = False
+
+
+_GROUPS = ("host", "kernels", "tp", "pipeline", "dp", "memory")
+
+
+@dataclass(frozen=True)
+class FrameworkCosts:
+    """What a training framework adds on top of the kernels (per framework, not per GPU): a
+    profile grouped by the phase that reads it (``score(..., framework=)``; default: the
+    entry of :data:`FRAMEWORKS` that ``training.framework`` names).
+
+    Fitted on the validation data: DeepSpeed's host cost on vTrain's single-node sweep (714
+    runs: small layers are host-bound at ~3.4 ms per layer and micro-batch at tp > 1 and
+    ~3.0-3.2 ms at tp = 1, i.e. ~0.78 ms per pass plus ~45 us per TP collective call), its
+    element-wise traffic on BLOOM and vTrain, FSDP's on llm-foundry's short-sequence
+    runs (where attention is small). Megatron-LM needs none: with its backward TP overlap
+    (``tp.async_tp_grad``) Korthikanti et al.'s Table 4 layers are within 2.6% and Table 5's
+    iterations within 3.7% with the kernel model alone.
+    """
+
+    name: str
+    host: HostCosts = HostCosts()  # the layers' host time (layers.host_overhead_s)
+    kernels: KernelCosts = KernelCosts()  # the layers' kernels (layers)
+    tp: TensorParallelCosts = TensorParallelCosts()  # TP collectives (layers.tp_exposed_s)
+    pipeline: PipelineCosts = PipelineCosts()  # p2p and pipe buffers (stages, stage_memory)
+    dp: DataParallelCosts = DataParallelCosts()  # gradients, DP, optimizer (data_parallel)
+    memory: MemoryCosts = MemoryCosts()  # buffers and the allocator (stage_memory)
+
+    def with_(self, **changes) -> FrameworkCosts:
+        """A copy with fields changed, each named as in its group (``serial_p2p=False``)."""
+        groups = {}
+        for key, value in changes.items():
+            owner = [g for g in _GROUPS if key in getattr(self, g).__dataclass_fields__]
+            if not owner:
+                raise TypeError(f"FrameworkCosts has no field {key!r}")
+            groups.setdefault(owner[0], {})[key] = value
+        return replace(self, **{g: replace(getattr(self, g), **kw) for g, kw in groups.items()})
+
+
 FRAMEWORKS: dict[str, FrameworkCosts] = {
-    "megatron": FrameworkCosts(layer_pass_s=0.0, async_tp_grad=True, fp16_grad_copy=True,
-                               recompute_fused_attention=True, fp8_weight_cache=True,
-                               megatron_softmax=True),
+    "megatron": FrameworkCosts(
+        "megatron", tp=TensorParallelCosts(async_tp_grad=True),
+        kernels=KernelCosts(recompute_fused_attention=True, megatron_softmax=True),
+        dp=DataParallelCosts(fp16_grad_copy=True), memory=MemoryCosts(fp8_weight_cache=True)),
     # layer_pass_s + collective_host_s: vTrain's small layers take ~3.4 ms per layer and
     # micro-batch at tp > 1 (4 passes x 0.7825 ms + 6 collectives x 45 us) and ~3.0-3.2 ms at
     # tp = 1 (per-layout fits over the 12-24-layer variants: tp=1 2.95-3.2, tp=2 3.32-3.42 ms,
@@ -288,18 +361,21 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
     # the mean Spearman over all sweeps is 0.880 with the plain maximum and 0.882, 0.881,
     # 0.890, 0.889, 0.888, 0.883 at p = 5, 6, 7, 8, 10, 12 (vTrain single node 0.929 -> 0.940
     # at 7); MAPE moves by less than 0.1 point.
-    "deepspeed": FrameworkCosts(layer_pass_s=0.7825e-3, collective_s=0.05e-3,
-                                collective_host_s=45e-6, pipe_regather_output=True,
-                                elementwise_traffic=1.5, pipe_buffers=True,
-                                reduce_bucket_bytes=5e8 * 2, gather_bucket_bytes=5e8 * 2,
-                                bf16_fp32_grads=True,
-                                zero_grad16=True, autograd_grads=True,
-                                loss_bytes_per_logit=58.0, grad_accum_bytes=6.0,
-                                grad_comm_bytes=2.0, serial_p2p=True,
-                                megatron_softmax=True, softmax_in_fp32=True),
+    "deepspeed": FrameworkCosts(
+        "deepspeed", host=HostCosts(layer_pass_s=0.7825e-3, collective_host_s=45e-6),
+        kernels=KernelCosts(elementwise_traffic=1.5, loss_bytes_per_logit=58.0,
+                            grad_accum_bytes=6.0, megatron_softmax=True,
+                            softmax_in_fp32=True),
+        tp=TensorParallelCosts(collective_s=0.05e-3),
+        pipeline=PipelineCosts(serial_p2p=True, pipe_regather_output=True, pipe_buffers=True),
+        dp=DataParallelCosts(grad_comm_bytes=2.0, bf16_fp32_grads=True, zero_grad16=True),
+        memory=MemoryCosts(reduce_bucket_bytes=5e8 * 2, gather_bucket_bytes=5e8 * 2,
+                           autograd_grads=True)),
     # PyTorch FSDP as llm-foundry runs it (the data it is fitted on): unfused element-wise ops,
     # flash-attn's fused cross entropy (a plain torch cross entropy on fp32 logits, as in
     # torchtitan, holds 2 + 4 + 4 bytes per logit instead)
-    "fsdp": FrameworkCosts(layer_pass_s=0.0, elementwise_traffic=2.0, logits_saved_bytes=2.0,
-                           zero2_regather=True, fp32_flat_shard=True),
+    "fsdp": FrameworkCosts(
+        "fsdp", kernels=KernelCosts(elementwise_traffic=2.0),
+        dp=DataParallelCosts(zero2_regather=True, fp32_flat_shard=True),
+        memory=MemoryCosts(logits_saved_bytes=2.0)),
 }

@@ -21,7 +21,7 @@ from costmodel.specs import ModelSpec
 
 # Bytes per parameter (param, grad, optimizer) by precision code (PRECISIONS order).
 # Mixed precision: 16-bit params, fp32 main grads, fp32 master + Adam m, v (frameworks that
-# keep 16-bit gradients say so in FrameworkCosts: model._gradient_bytes). fp32/tf32: fp32
+# keep 16-bit gradients say so in FrameworkCosts: stage_memory.gradient_bytes). fp32/tf32: fp32
 # params and grads, Adam m and v (no master copy).
 PARAM_BYTES = np.array([4.0, 4.0, 2.0, 2.0, 2.0])
 GRAD_BYTES = np.array([4.0, 4.0, 4.0, 4.0, 4.0])
@@ -66,10 +66,10 @@ def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, s
 
     ``core_recomputed``: whether selective recompute really checkpoints the attention core
     (default: wherever ``recompute`` is selective; legacy Megatron checkpoints only an
-    unfused core, see ``FrameworkCosts.recompute_fused_attention``).
+    unfused core, see ``FrameworkCosts.kernels.recompute_fused_attention``).
 
     ``softmax_fp32_saved``: the unfused softmax runs Megatron's PyTorch fallback in fp32
-    (``model.softmax_falls_back``), whose softmax keeps its fp32 output for the backward in
+    (``layers.softmax_falls_back``), whose softmax keeps its fp32 output for the backward in
     place of the fused kernel's 16-bit one: 4 bytes more per score without dropout (the
     batched GEMM after it still keeps the 16-bit copy), 2 with dropout (which keeps only its
     mask and output, not the 16-bit copy).

@@ -12,6 +12,8 @@ Sources:
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from costmodel.specs import Schedule
@@ -27,8 +29,16 @@ def bubble_share(pp, m, virtual_stages=1) -> np.ndarray:
     return (p - 1.0) / (v * m + p - 1.0)
 
 
-def pipeline_span_s(first_s, middle_s, last_s, pp, m, schedule, virtual_stages
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+class Timeline(NamedTuple):
+    """The pipeline's span for one optimizer step: steady = m x the slowest stage's
+    micro-batch, bubble = span - steady (arrays over the configurations)."""
+
+    span_s: np.ndarray
+    steady_s: np.ndarray
+    bubble_s: np.ndarray
+
+
+def pipeline_span_s(first_s, middle_s, last_s, pp, m, schedule, virtual_stages) -> Timeline:
     """Span of the pipeline for one optimizer step.
 
     Arguments are per-micro-batch times (forward + backward, including blocking
@@ -37,8 +47,6 @@ def pipeline_span_s(first_s, middle_s, last_s, pp, m, schedule, virtual_stages
     steady = m * slowest stage and bubble = span - steady.
     """
     p = np.asarray(pp, dtype=float)
-    m = np.asarray(m, dtype=float)
-    v = np.asarray(virtual_stages, dtype=float)
     first_s = np.asarray(first_s, dtype=float)
     middle_s = np.asarray(middle_s, dtype=float)
     last_s = np.asarray(last_s, dtype=float)
@@ -46,16 +54,27 @@ def pipeline_span_s(first_s, middle_s, last_s, pp, m, schedule, virtual_stages
     has_mid = p >= 3
     slowest = np.where(single, first_s,
                        np.maximum(np.maximum(first_s, last_s), np.where(has_mid, middle_s, 0.0)))
-    # an unrunnable configuration (an infinite stage time) gives an infinite span; the
-    # inf - inf and 0 x inf on the way are expected, not warnings
     with np.errstate(invalid="ignore"):
         total = np.where(single, first_s,
                          first_s + last_s + np.maximum(p - 2.0, 0.0) * middle_s)
-        fill_drain = total - slowest  # the other stages' share of one micro-batch
+    return pipeline_timeline(slowest, total, m, schedule, virtual_stages)
+
+
+def pipeline_timeline(slowest_s, total_s, m, schedule, virtual_stages) -> Timeline:
+    """Span of the pipeline from the stages' micro-batch times reduced over the stage plan:
+    ``slowest_s`` the slowest stage's, ``total_s`` the sum over all stages (one micro-batch
+    through the whole pipeline). Returns (span, steady, bubble) with steady = m * slowest
+    stage and bubble = span - steady."""
+    m = np.asarray(m, dtype=float)
+    v = np.asarray(virtual_stages, dtype=float)
+    # an unrunnable configuration (an infinite stage time) gives an infinite span; the
+    # inf - inf and 0 x inf on the way are expected, not warnings
+    with np.errstate(invalid="ignore"):
+        fill_drain = total_s - slowest_s  # the other stages' share of one micro-batch
     inter = np.asarray(schedule) == INTERLEAVED
-    span = m * slowest + np.where(inter, fill_drain / v, fill_drain)
-    steady = m * slowest
-    return span, steady, span - steady
+    span = m * slowest_s + np.where(inter, fill_drain / v, fill_drain)
+    steady = m * slowest_s
+    return Timeline(span, steady, span - steady)
 
 
 def stage_layers(num_layers, pp) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -8,6 +8,17 @@ from costmodel.memory import layer_activation_bytes, microbatches_in_flight, mod
 from costmodel.schedule import bubble_share, pipeline_span_s, stage_layers
 from costmodel.specs import ModelSpec
 
+
+def _layer_costs(model, training, eff, fw, cluster, batch):
+    """The layer phase's costs (costmodel.layers.layer_costs) of every configuration."""
+    from costmodel.groups import Collectives, nccl_system, resolve_groups
+    from costmodel.layers import layer_costs
+
+    groups = resolve_groups(cluster, batch.tp, batch.pp, batch.dp, model.tied_embeddings)
+    comm = Collectives(nccl_system(cluster), batch, groups.layout)
+    return layer_costs(model, training, eff, fw, cluster.gpu, comm, batch, groups.tp_nodes)
+
+
 GPT3 = ModelSpec(name="gpt3", num_layers=96, hidden_size=12288, num_attention_heads=96,
                  ffn_hidden_size=4 * 12288, vocab_size=51200, tied_embeddings=True,
                  learned_position_embeddings=True, linear_bias=True, normalization="layernorm")
@@ -323,7 +334,6 @@ def test_unfused_softmax_reads_half_the_scores_when_causal():
     # Megatron's fused causal softmax reads only the unmasked lower triangle of the scores and
     # writes all of them; its backward reads output and gradient the same way: a causal mask
     # saves half a pass forward and one pass backward over b x heads/t x s x s 16-bit scores
-    from costmodel import model as M
     from costmodel.batch import ConfigBatch
     from costmodel.calibration import FRAMEWORKS, efficiency_for
     from costmodel.hardware import default_cluster
@@ -335,17 +345,14 @@ def test_unfused_softmax_reads_half_the_scores_when_causal():
     par = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=b, precision="bf16",
                          recompute="none")
     batch = ConfigBatch.from_configs([par])
-    geo, layout = M._geometry(cluster, batch.tp, batch.pp, batch.dp)
 
     def terms(causal, dropout):
         model = ModelSpec(name="m", num_layers=2, hidden_size=1024, num_attention_heads=a,
                           ffn_hidden_size=4096, vocab_size=51200, causal=causal)
         training = TrainingSpec(seq_length=s, global_batch_size=16, flash_attention=False,
                                 dropout=dropout)
-        t = M._layer_terms(model, training, eff, FRAMEWORKS["megatron"], cluster.gpu,
-                           M._Collectives(M._system(cluster), batch, layout), batch,
-                           geo["tp_nodes"])
-        return float(t["layer_f"][0]), float(t["layer_b"][0])
+        t = _layer_costs(model, training, eff, FRAMEWORKS["megatron"], cluster, batch)
+        return float(t.forward_s[0]), float(t.backward_s[0])
 
     bw = eff.memory * cluster.gpu.memory_bandwidth_bytes_per_s
     scores_pass_s = b * a * s * s * 2.0 / bw
@@ -392,7 +399,6 @@ def test_softmax_fallback_costs(framework, dropout, fwd, bwd, kernels, saved):
     # tp 8 with 16 heads and micro-batch 1 leaves 2 attention batches per rank: Megatron falls
     # back to the PyTorch softmax (fwd + bwd bytes per score instead of the fused causal
     # kernel's 3 + 4, in more kernels); micro-batch 2 (4 batches) takes the kernel
-    from costmodel import model as M
     from costmodel.batch import ConfigBatch
     from costmodel.calibration import FRAMEWORKS, efficiency_for
     from costmodel.hardware import default_cluster
@@ -409,12 +415,9 @@ def test_softmax_fallback_costs(framework, dropout, fwd, bwd, kernels, saved):
     pars = [ParallelConfig(tp=8, pp=1, dp=1, micro_batch_size=b, precision="fp16",
                            recompute="none") for b in (1, 2)]
     batch = ConfigBatch.from_configs(pars)
-    geo, layout = M._geometry(cluster, batch.tp, batch.pp, batch.dp)
 
     def terms(fw):
-        return M._layer_terms(model, training, eff, fw, cluster.gpu,
-                              M._Collectives(M._system(cluster), batch, layout), batch,
-                              geo["tp_nodes"])
+        return _layer_costs(model, training, eff, fw, cluster, batch)
 
     mine, fsdp = terms(FRAMEWORKS[framework]), terms(FRAMEWORKS["fsdp"])
     bw = eff.memory * cluster.gpu.memory_bandwidth_bytes_per_s
@@ -423,11 +426,11 @@ def test_softmax_fallback_costs(framework, dropout, fwd, bwd, kernels, saved):
     extra_b = (bwd - 4.0) * scores / bw + (kernels - 1) * eff.kernel_overhead_s
     # FSDP does not run Megatron's kernel; the frameworks' element-wise traffic differs in
     # proportion to the micro-batch, so the micro-batch-2 difference (no fallback) removes it
-    for key, extra in (("layer_f", extra_f), ("layer_b", extra_b)):
-        d1 = float(mine[key][0] - fsdp[key][0])
-        d2 = float(mine[key][1] - fsdp[key][1])
+    for key, extra in (("forward_s", extra_f), ("backward_s", extra_b)):
+        d1 = float(getattr(mine, key)[0] - getattr(fsdp, key)[0])
+        d2 = float(getattr(mine, key)[1] - getattr(fsdp, key)[1])
         assert d1 - d2 / 2.0 == pytest.approx(extra, rel=1e-6), key
-    act = mine["per_layer_act"]
+    act = mine.activation_bytes
     plain = layer_activation_bytes(model, s, np.array([1.0, 2.0]), np.array([8.0, 8.0]),
                                    False, np.array([0, 0]), flash_attention=False,
                                    dropout=dropout)
@@ -477,12 +480,11 @@ def test_rules_reject_uneven_ffn_and_unaligned_fp8():
     assert FP8_ALIGNMENT(ctx, b).tolist() == [True, True, True, False]
 
 
-def _deepspeed_change_s(monkeypatch, par, *, tied: bool = False, **changes):
+def _deepspeed_change_s(par, *, tied: bool = False, **changes):
     """Step time of a two-layer, vocabulary-50000 model on one A100 (8 sequences of 1024,
     micro-batch 2: m = 4) under DeepSpeed's costs, minus the same with ``changes`` made to
     them; and (m, V, parameters of the two layers, the memory-op bandwidth, kernel overhead).
     """
-    from dataclasses import replace
 
     from costmodel import calibration as C
     from costmodel.batch import ConfigBatch
@@ -498,8 +500,8 @@ def _deepspeed_change_s(monkeypatch, par, *, tied: bool = False, **changes):
                             flash_attention=False)
     batch = ConfigBatch.from_configs([par])
     before = score(model, cluster, training, batch).step_time_s[0]
-    monkeypatch.setitem(C.FRAMEWORKS, "deepspeed", replace(C.FRAMEWORKS["deepspeed"], **changes))
-    after = score(model, cluster, training, batch).step_time_s[0]
+    after = score(model, cluster, training, batch,
+                  framework=C.FRAMEWORKS["deepspeed"].with_(**changes)).step_time_s[0]
     eff = C.efficiency_for(80)
     bw = eff.memory * cluster.gpu.memory_bandwidth_bytes_per_s
     consts = (8 / par.micro_batch_size, float(padded_vocab(50000, 1)),
@@ -507,13 +509,13 @@ def _deepspeed_change_s(monkeypatch, par, *, tied: bool = False, **changes):
     return before - after, consts
 
 
-def test_deepspeed_gradient_accumulation_traffic(monkeypatch):
+def test_deepspeed_gradient_accumulation_traffic():
     # Megatron-DeepSpeed accumulates each micro-batch's gradient outside the GEMMs: 6 bytes per
     # local parameter per micro-batch (fp16), plus the word embedding's zero-filled gradient.
     from costmodel.specs import ParallelConfig
 
     delta, (m, V, layers, bw, k) = _deepspeed_change_s(
-        monkeypatch, ParallelConfig(micro_batch_size=2, precision="fp16"), grad_accum_bytes=0.0)
+        ParallelConfig(micro_batch_size=2, precision="fp16"), grad_accum_bytes=0.0)
     # accumulation on every micro-batch but the first (the first hands its gradient over),
     # one kernel per layer, embedding and output layer; the embedding's zero-fill every time
     accum = (6.0 * layers + 6.0 * V * 2048 + 6.0 * V * 2048) / bw
@@ -522,7 +524,7 @@ def test_deepspeed_gradient_accumulation_traffic(monkeypatch):
     assert delta == pytest.approx(expected, rel=1e-6)
 
 
-def test_bf16_optimizer_updates_fp32_gradients_every_micro_batch(monkeypatch):
+def test_bf16_optimizer_updates_fp32_gradients_every_micro_batch():
     # DeepSpeed BF16_Optimizer (0.6.3 update_hp_grads): after every micro-batch's backward
     # each bf16 gradient is cast to fp32 and added into the fp32 buffer, 18 bytes per local
     # parameter and two kernels per layer, on every micro-batch (the bf16 gradients are
@@ -531,7 +533,7 @@ def test_bf16_optimizer_updates_fp32_gradients_every_micro_batch(monkeypatch):
     from costmodel.specs import ParallelConfig
 
     par = ParallelConfig(micro_batch_size=2, precision="bf16", zero_stage=1)
-    delta, (m, V, layers, bw, k) = _deepspeed_change_s(monkeypatch, par, bf16_fp32_grads=False)
+    delta, (m, V, layers, bw, k) = _deepspeed_change_s(par, bf16_fp32_grads=False)
     params = layers + 2 * V * 2048  # two layers, embedding, output layer
     hp = m * (18.0 * params / bw + 4 * 2 * k)
     accum = (m - 1) * (6.0 * params / bw + 4 * k)
@@ -539,7 +541,7 @@ def test_bf16_optimizer_updates_fp32_gradients_every_micro_batch(monkeypatch):
 
 
 @pytest.mark.parametrize("zero", [1, 2])
-def test_bf16_optimizer_update_with_tied_embeddings_and_zero(monkeypatch, zero):
+def test_bf16_optimizer_update_with_tied_embeddings_and_zero(zero):
     # pp = 1 with tied embeddings: one parameter for the embedding and the output layer, one
     # fp32 update; autograd adds the output layer's gradient into the embedding's within
     # every backward (6 bytes), with or without BF16_Optimizer. At ZeRO 2 DeepSpeed runs its
@@ -547,7 +549,7 @@ def test_bf16_optimizer_update_with_tied_embeddings_and_zero(monkeypatch, zero):
     from costmodel.specs import ParallelConfig
 
     par = ParallelConfig(micro_batch_size=2, precision="bf16", zero_stage=zero)
-    delta, (m, V, layers, bw, k) = _deepspeed_change_s(monkeypatch, par, tied=True,
+    delta, (m, V, layers, bw, k) = _deepspeed_change_s(par, tied=True,
                                                        bf16_fp32_grads=False)
     if zero == 2:
         assert delta == 0.0
@@ -579,12 +581,11 @@ def test_deepspeed_reduces_gradients_in_the_training_dtype():
     assert total["deepspeed"] < 0.6 * total["megatron"]
 
 
-def test_deepspeed_middle_stages_pay_serial_transfers(monkeypatch):
+def test_deepspeed_middle_stages_pay_serial_transfers():
     # DeepSpeed's pipeline engine sends and receives one transfer after another: a middle
     # stage pays four per micro-batch where Megatron's batched send/recv pairs pay two. The
     # fill and drain pass through the p - 2 middle stages, so the step grows by at least
     # (p - 2) extra transfer pairs.
-    from dataclasses import replace
 
     from costmodel import calibration as C
     from costmodel.batch import ConfigBatch
@@ -599,26 +600,25 @@ def test_deepspeed_middle_stages_pay_serial_transfers(monkeypatch):
     # tp 1: no TP re-gather after a receive, so pp_comm is the transfers alone
     batch = ConfigBatch.from_configs([ParallelConfig(tp=1, pp=4, dp=8, precision="bf16")])
     serial = score(model, cluster, training, batch)
-    monkeypatch.setitem(C.FRAMEWORKS, "deepspeed",
-                        replace(C.FRAMEWORKS["deepspeed"], serial_p2p=False))
-    paired = score(model, cluster, training, batch)
+    paired = score(model, cluster, training, batch,
+                   framework=C.FRAMEWORKS["deepspeed"].with_(serial_p2p=False))
     pair = paired.time_breakdown_s["pp_comm"][0] / paired.microbatches[0]  # 2 transfers
     extra = serial.step_time_s[0] - paired.step_time_s[0]
     assert extra >= (4 - 2) * pair * (1 - 1e-9)
 
 
-def test_megatron_hides_the_backward_tp_collectives_behind_weight_gradients(monkeypatch):
+def test_megatron_hides_the_backward_tp_collectives_behind_weight_gradients():
     # Megatron-LM all-reduces the QKV / FC1 input gradient while their weight-gradient GEMM
     # runs: of the 4 all-reduces per layer (no recompute), 2 stay whole and 2 cost only the
     # share overlap does not hide, as long as each is shorter than its GEMM (large hidden,
     # tp 2). Without the overlap (Megatron-DeepSpeed's fork) all 4 are whole.
-    from dataclasses import replace
 
     from costmodel import calibration as C
     from costmodel import collectives as coll
     from costmodel.batch import ConfigBatch
+    from costmodel.groups import nccl_system as _system
     from costmodel.hardware import default_cluster
-    from costmodel.model import _system, score
+    from costmodel.model import score
     from costmodel.specs import ParallelConfig, TrainingSpec
 
     model = ModelSpec(name="m", num_layers=4, hidden_size=12288, num_attention_heads=96,
@@ -634,9 +634,8 @@ def test_megatron_hides_the_backward_tp_collectives_behind_weight_gradients(monk
     hidden = C.efficiency_for(cluster.gpu.compute_capability).overlap_hidden
     overlapped = score(model, cluster, training, batch)
     assert per_layer(overlapped) == pytest.approx(ar * (2 + 2 * (1 - hidden)), rel=1e-6)
-    monkeypatch.setitem(C.FRAMEWORKS, "megatron",
-                        replace(C.FRAMEWORKS["megatron"], async_tp_grad=False))
-    blocking = score(model, cluster, training, batch)
+    blocking = score(model, cluster, training, batch,
+                     framework=C.FRAMEWORKS["megatron"].with_(async_tp_grad=False))
     assert per_layer(blocking) == pytest.approx(4 * ar, rel=1e-6)
 
 
@@ -657,8 +656,8 @@ def _pp_comm_per_microbatch(model, framework, sp, v=1, tp=8):
 
 def _gather_and_transfer_s(hidden, tp=8):
     from costmodel import collectives as coll
+    from costmodel.groups import nccl_system as _system
     from costmodel.hardware import default_cluster
-    from costmodel.model import _system
 
     system = _system(default_cluster(32))
     act = 2048 * hidden * 2.0
@@ -711,8 +710,9 @@ def test_sequence_parallel_backward_overlap_windows():
     from costmodel.batch import ConfigBatch
     from costmodel.calibration import efficiency_for
     from costmodel.compute import gemm_time_s
+    from costmodel.groups import nccl_system as _system
     from costmodel.hardware import default_cluster
-    from costmodel.model import _system, score
+    from costmodel.model import score
     from costmodel.specs import ParallelConfig, TrainingSpec
 
     h, f, s = 1024, 4096, 2048
@@ -750,7 +750,6 @@ def test_deepspeed_host_floor_adds_each_tp_collective_call():
     # a host-bound layer takes the framework's host time: 4 passes with full recompute, plus
     # one host-side call per blocking TP collective (6 with full recompute) when tp > 1;
     # Megatron's mappings skip the call entirely at tp = 1
-    from costmodel import model as M
     from costmodel.batch import ConfigBatch
     from costmodel.calibration import FRAMEWORKS, efficiency_for
     from costmodel.hardware import default_cluster
@@ -762,26 +761,25 @@ def test_deepspeed_host_floor_adds_each_tp_collective_call():
     training = TrainingSpec(seq_length=512, global_batch_size=8, framework="deepspeed",
                             flash_attention=False)
     fw = FRAMEWORKS["deepspeed"]
-    assert fw.collective_host_s > 0
+    assert fw.host.collective_host_s > 0
 
     def layer_s(tp):
         par = ParallelConfig(tp=tp, pp=1, dp=8 // tp, precision="fp16", recompute="full")
         batch = ConfigBatch.from_configs([par])
-        geo, layout = M._geometry(cluster, batch.tp, batch.pp, batch.dp)
-        terms = M._layer_terms(model, training, efficiency_for(cluster.gpu.compute_capability),
-                               fw, cluster.gpu, M._Collectives(M._system(cluster), batch, layout),
-                               batch, geo["tp_nodes"])
-        gpu = sum(float(terms[k][0]) for k in ("layer_f", "layer_b", "layer_rc", "layer_tp"))
-        assert float(terms["layer_host"][0]) > 0  # host-bound
-        return gpu, gpu + float(terms["layer_host"][0])
+        terms = _layer_costs(model, training, efficiency_for(cluster.gpu.compute_capability),
+                             fw, cluster, batch)
+        gpu = sum(float(getattr(terms, k)[0])
+                  for k in ("forward_s", "backward_s", "recompute_s", "tp_comm_s"))
+        assert float(terms.host_s[0]) > 0  # host-bound
+        return gpu, gpu + float(terms.host_s[0])
 
     from costmodel.compute import soft_max
 
-    for tp, host in ((1, 4 * fw.layer_pass_s),
-                     (2, 4 * fw.layer_pass_s + 6 * fw.collective_host_s)):
+    for tp, host in ((1, 4 * fw.host.layer_pass_s),
+                     (2, 4 * fw.host.layer_pass_s + 6 * fw.host.collective_host_s)):
         gpu, total = layer_s(tp)
         assert gpu < 0.45 * host  # well below the crossover: the p-norm adds < 0.1%
-        assert total == pytest.approx(float(soft_max(gpu, host, fw.host_overlap_p)), rel=1e-9)
+        assert total == pytest.approx(float(soft_max(gpu, host, fw.host.host_overlap_p)), rel=1e-9)
         assert total == pytest.approx(host, rel=1e-3)
 
 
@@ -941,8 +939,8 @@ def test_nccl_buffers_are_ring_channels_times_protocol_buffers():
 
 def test_nccl_buffers_grow_with_the_communicators_a_rank_joins():
     from costmodel.collectives import nccl_system
+    from costmodel.groups import nccl_buffer_bytes as _nccl_buffer_bytes
     from costmodel.hardware import default_cluster
-    from costmodel.model import _nccl_buffer_bytes
     from costmodel.topology import layout_topology
 
     cluster = default_cluster(16)
@@ -987,6 +985,7 @@ def test_fp8_linears_pay_the_cast_transpose_traffic(monkeypatch):
     # Transformer Engine casts each linear's input (forward) and output gradient (backward)
     # to fp8 with a transposed copy: 4 bytes of HBM traffic per element, one kernel each
     import costmodel.model as M
+    from costmodel import layers
     from costmodel.batch import ConfigBatch
     from costmodel.calibration import efficiency_for
     from costmodel.hardware import default_cluster, get_gpu
@@ -1003,7 +1002,7 @@ def test_fp8_linears_pay_the_cast_transpose_traffic(monkeypatch):
                          recompute="none", sequence_parallel=True)
     batch = ConfigBatch.from_configs([par])
     with_casts = M.score(model, cluster, training, batch).time_breakdown_s["compute"][0]
-    monkeypatch.setattr(M, "FP8_CAST_BYTES", 0.0)
+    monkeypatch.setattr(layers, "FP8_CAST_BYTES", 0.0)
     without = M.score(model, cluster, training, batch).time_breakdown_s["compute"][0]
     tokens, h, t, hd, f = 4096.0, 4096.0, 2.0, 128.0, 14336.0
     cast_in = tokens * (2 * h / t + 32 * hd / t + f / t)  # SP: LN outputs cast per shard
@@ -1215,7 +1214,6 @@ def test_selective_recompute_of_fused_attention(framework, reruns):
 def test_fp8_output_layer_runs_in_16_bits():
     # the output layer is not a Transformer Engine module: its forward + backward time in fp8
     # training equals bf16's, while the layers get faster
-    import costmodel.model as M
     from costmodel.batch import ConfigBatch
     from costmodel.calibration import FRAMEWORKS, efficiency_for
     from costmodel.hardware import default_cluster
@@ -1228,9 +1226,7 @@ def test_fp8_output_layer_runs_in_16_bits():
     batch = ConfigBatch.from_configs([
         ParallelConfig(tp=1, pp=2, dp=1, micro_batch_size=1, precision=prec, recompute="none")
         for prec in ("bf16", "fp8")])
-    geo, layout = M._geometry(cluster, batch.tp, batch.pp, batch.dp, model.tied_embeddings)
-    comm = M._Collectives(M._system(cluster), batch, layout)
-    terms = M._layer_terms(model, training, efficiency_for(90), FRAMEWORKS["megatron"],
-                           cluster.gpu, comm, batch, geo["tp_nodes"])
-    assert terms["head_t"][1] == pytest.approx(terms["head_t"][0], rel=1e-12)
-    assert terms["layer_f"][1] < 0.8 * terms["layer_f"][0]
+    terms = _layer_costs(model, training, efficiency_for(90), FRAMEWORKS["megatron"], cluster,
+                         batch)
+    assert terms.head_s[1] == pytest.approx(terms.head_s[0], rel=1e-12)
+    assert terms.forward_s[1] < 0.8 * terms.forward_s[0]

@@ -257,7 +257,7 @@ def _optimizer_switch_bytes(v: Valid, j: int) -> float:
             and uses_bf16_optimizer(fw, v.batch.precision[j], v.batch.zero_stage[j])):
         return 0.0
     f = efficiency_for(v.combo.cluster.gpu.compute_capability).allocator_fraction
-    return fw.reduce_bucket_bytes / (1.0 - f)
+    return fw.memory.reduce_bucket_bytes / (1.0 - f)
 
 
 @PROPS

@@ -12,9 +12,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 120
 PORT_MARK = "# port: NCCL "
-# model.py's score() and _layer_terms are being split into phases on another branch of
-# issue 20; drop this entry when that lands.
-PENDING = {"model.py": "score() and _layer_terms() are split into phases elsewhere (issue 20)"}
 
 
 def _long_functions(path: Path) -> list[str]:
@@ -31,12 +28,10 @@ def _long_functions(path: Path) -> list[str]:
     return out
 
 
-FILES = sorted((ROOT / "costmodel").glob("*.py"))
+FILES = sorted((ROOT / "costmodel").rglob("*.py"))
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(p, id=p.name, marks=pytest.mark.xfail(reason=PENDING[p.name], strict=False))
-    if p.name in PENDING else pytest.param(p, id=p.name) for p in FILES])
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT / "costmodel")))
 def test_no_function_longer_than_120_lines(path):
     assert _long_functions(path) == []
 

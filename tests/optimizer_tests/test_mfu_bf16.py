@@ -9,9 +9,9 @@ import pytest
 
 from costmodel.hardware import get_gpu
 from costmodel.specs import ParallelConfig
+from optimizer.core.serialize import gpu_to_dict
 from optimizer.output.diagnose import LOW_MFU, diagnose, mfu_against
 from optimizer.output.report import _mfu
-from optimizer.output.serialize import gpu_to_dict
 
 H100 = get_gpu("h100-sxm-80gb")
 

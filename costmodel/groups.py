@@ -1,0 +1,134 @@
+"""Phase 1 of :func:`costmodel.model.score`: resolve each configuration's communication groups.
+
+The geometry of the TP, DP and PP groups (ranks, nodes they span) comes from
+:func:`costmodel.topology.layout_topology`, once per distinct (tp, pp, dp); the NCCL
+connection buffers a rank holds follow from the communicators it joins. :class:`Collectives`
+prices every collective of a step through NCCL's own model (:mod:`costmodel.collectives`),
+once per distinct (layout, micro-batch, precision, ZeRO, NCCL algorithm/protocol) key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from costmodel import collectives as coll
+from costmodel import topology
+from costmodel.batch import ConfigBatch
+from costmodel.specs import ClusterSpec
+
+
+@lru_cache(maxsize=64)
+def nccl_system(cluster: ClusterSpec) -> coll.NcclSystem:
+    """NCCL's view of the cluster, built once per cluster."""
+    return coll.nccl_system(cluster)
+
+
+def nccl_buffer_bytes(system: coll.NcclSystem, lay: topology.LayoutTopology, tied: bool
+                      ) -> float:
+    """NCCL connection buffers on one rank, summed over the communicators it joins: the world
+    (init barriers), TP, DP, PP, model-parallel (TP x PP: gradient norm and overflow
+    checks) and, with tied embeddings, the first/last-stage embedding group
+    (NcclSystem.communicator_buffer_bytes; Megatron-LM parallel_state.initialize_model_parallel
+    and DeepSpeed's PipelineModule create these groups)."""
+    gpn = system.gpus_per_node
+    t, p, d = lay.tp.n_ranks, lay.pp.n_ranks, lay.dp.n_ranks
+    n = t * p * d
+    groups = [(min(n, gpn), -(-n // gpn))]
+    for g in (lay.tp, lay.dp, lay.pp):
+        groups.append((g.ranks_per_node, g.n_nodes))
+    if t > 1 and p > 1:
+        ppn = min(lay.tp.ranks_per_node * lay.pp.ranks_per_node, gpn)
+        groups.append((ppn, -(-t * p // ppn)))
+    if tied and p > 1:
+        groups.append((1, 2) if lay.pp.crosses_nodes else (2, 1))
+    return sum(system.communicator_buffer_bytes(ppn, nodes) for ppn, nodes in groups)
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Each configuration's communication groups (arrays of the batch's length)."""
+
+    tp_nodes: np.ndarray  # nodes the TP group spans
+    dp_nodes: np.ndarray  # nodes the DP group spans
+    pp_inter: np.ndarray  # 1.0 where pipeline neighbours sit on different nodes, else 0.0
+    nccl_buffers_bytes: np.ndarray  # NCCL connection buffers of all communicators of a rank
+    layout: np.ndarray  # index of the configuration's distinct (tp, pp, dp)
+
+    @property
+    def pp_crosses_nodes(self) -> np.ndarray:
+        return self.pp_inter > 0.5
+
+    def take(self, index: np.ndarray) -> Groups:
+        return Groups(self.tp_nodes[index], self.dp_nodes[index], self.pp_inter[index],
+                      self.nccl_buffers_bytes[index], self.layout[index])
+
+
+def resolve_groups(cluster: ClusterSpec, tp, pp, dp, tied: bool = True) -> Groups:
+    """Group geometry per configuration, computed once per unique (tp, pp, dp)."""
+    key = (tp.astype(np.int64) * 1_000_003 + pp) * 1_000_003 + dp
+    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    cols = {name: np.empty(len(uniq)) for name in
+            ("tp_nodes", "dp_nodes", "pp_inter", "nccl_buffers")}
+    system = nccl_system(cluster)
+    for j, i in enumerate(first):
+        lay = topology.layout_topology(cluster, int(tp[i]), int(pp[i]), int(dp[i]))
+        cols["tp_nodes"][j] = lay.tp.n_nodes
+        cols["dp_nodes"][j] = lay.dp.n_nodes
+        cols["pp_inter"][j] = 1.0 if lay.pp.crosses_nodes else 0.0
+        cols["nccl_buffers"][j] = nccl_buffer_bytes(system, lay, tied)
+    inv = inv.reshape(-1)
+    return Groups(cols["tp_nodes"][inv], cols["dp_nodes"][inv], cols["pp_inter"][inv],
+                  cols["nccl_buffers"][inv], inv)
+
+
+class Collectives:
+    """Collective times through the NCCL model, computed once per distinct call.
+
+    Every collective of a step is a function of the layout, the micro-batch size, the
+    precision, the ZeRO stage and the NCCL algorithm/protocol. Those columns form one
+    integer key; collectives are evaluated on one representative configuration per key and
+    gathered back, so a batch of a million configurations costs a few hundred NCCL-model
+    evaluations.
+    """
+
+    def __init__(self, system: coll.NcclSystem, batch: ConfigBatch, layout: np.ndarray
+                 ) -> None:
+        self.system = system
+        self.algo_table = batch.nccl_algo_table
+        self.proto_table = batch.nccl_proto_table
+        key = layout.astype(np.int64)
+        for col, radix in ((batch.micro_batch_size, 1 << 16), (batch.precision, 8),
+                           (batch.zero_stage, 4), (batch.nccl_algo, 256),
+                           (batch.nccl_proto, 256)):
+            key = key * radix + col
+        _, self.first, self.inv = np.unique(key, return_index=True, return_inverse=True)
+        self.inv = self.inv.reshape(-1)
+        self.algo = batch.nccl_algo[self.first]
+        self.proto = batch.nccl_proto[self.first]
+
+    def time_s(self, collective: str, nbytes, n_ranks, n_nodes) -> np.ndarray:
+        n = self.inv.shape[0]
+        pick = self.first
+
+        def rep(x, dtype):
+            a = np.asarray(x, dtype=dtype)
+            return np.broadcast_to(a, (n,))[pick] if a.ndim else np.full(len(pick), a)
+
+        nbytes, n_ranks, n_nodes = rep(nbytes, float), rep(n_ranks, np.int64), rep(n_nodes,
+                                                                                  np.int64)
+        out = np.zeros(len(pick))
+        active = n_ranks > 1
+        for a_code in np.unique(self.algo[active]):
+            for p_code in np.unique(self.proto[active]):
+                sel = active & (self.algo == a_code) & (self.proto == p_code)
+                if not sel.any():
+                    continue
+                res = coll.collective_time_s(
+                    self.system, collective, nbytes[sel], n_ranks[sel], n_nodes[sel],
+                    algo=self.algo_table[a_code], proto=self.proto_table[p_code],
+                    on_invalid="inf")
+                out[sel] = np.asarray(res.time_s, dtype=float)
+        return out[self.inv]

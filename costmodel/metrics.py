@@ -1,0 +1,113 @@
+"""Metrics: the step's time breakdown, throughput, MFU, memory, as :class:`Scores`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.compute import model_flops_per_step
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Per-configuration results, each an array of the batch's length."""
+
+    step_time_s: np.ndarray
+    tokens_per_s: np.ndarray
+    samples_per_s: np.ndarray
+    mfu: np.ndarray
+    peak_memory_bytes: np.ndarray  # what must fit: the larger of the backward and the step
+    observed_memory_bytes: np.ndarray  # nvidia-smi's maximum: the step's copy on the cache
+    time_breakdown_s: dict[str, np.ndarray]
+    memory_breakdown_bytes: dict[str, np.ndarray]
+    microbatches: np.ndarray
+    bubble_share: np.ndarray  # pipeline bubble / step time
+    stage_imbalance: np.ndarray  # slowest stage / mean stage, per micro-batch
+    tp_crosses_nodes: np.ndarray
+    dp_comm_total_s: np.ndarray  # the whole DP reduction, exposed or not
+
+    def __len__(self) -> int:
+        return int(self.step_time_s.shape[0])
+
+    @staticmethod
+    def concat(parts: Sequence[Scores]) -> Scores:
+        """Scores of consecutive sub-batches, joined in order."""
+        if len(parts) == 1:
+            return parts[0]
+        cat = {}
+        for name in Scores.__dataclass_fields__:
+            first = getattr(parts[0], name)
+            if isinstance(first, dict):
+                cat[name] = {k: np.concatenate([getattr(p, name)[k] for p in parts])
+                             for k in first}
+            else:
+                cat[name] = np.concatenate([getattr(p, name) for p in parts])
+        return Scores(**cat)
+
+    def row(self, i: int) -> dict:
+        """Plain-Python metrics of configuration ``i`` (the JSON ``metrics`` object)."""
+        return {
+            "step_time_s": float(self.step_time_s[i]),
+            "tokens_per_s": float(self.tokens_per_s[i]),
+            "samples_per_s": float(self.samples_per_s[i]),
+            "mfu": float(self.mfu[i]),
+            "peak_memory_bytes": float(self.peak_memory_bytes[i]),
+            "observed_memory_bytes": float(self.observed_memory_bytes[i]),
+            "microbatches_per_step": int(self.microbatches[i]),
+            "bubble_share": float(self.bubble_share[i]),
+            "stage_imbalance": float(self.stage_imbalance[i]),
+            "tp_crosses_nodes": bool(self.tp_crosses_nodes[i]),
+            "time_breakdown_s": {k: float(v[i]) for k, v in self.time_breakdown_s.items()},
+            "memory_breakdown_bytes": {k: float(v[i])
+                                       for k, v in self.memory_breakdown_bytes.items()},
+        }
+
+
+def stage_imbalance(plan, st, layer, num_layers: float) -> np.ndarray:
+    """Slowest stage / the mean over stages of the true work: L layers (not p x ceil(L/p)),
+    embedding, LM head and every stage's transfers."""
+    work = num_layers * layer.total_s + layer.embedding_s + layer.head_s
+    for g, p2p in zip(plan.groups, st.p2p_s, strict=True):
+        work = work + g.count * np.where(g.present, p2p, 0.0)
+    mean = np.where(plan.single, st.first_s, work / plan.pp.astype(float))
+    return st.slowest_s / mean
+
+
+def scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups, m,
+           peak_flops_per_s, eff, n_gpus) -> Scores:
+    span, bubble = timeline.span_s, timeline.bubble_s
+    step = span + dp.exposed_s + dp.embedding_sync_s + dp.optimizer_s + eff.step_overhead_s
+    times = {
+        "compute": m * steady.compute_s,
+        "recompute": m * steady.recompute_s,
+        "tp_comm": m * steady.tp_comm_s,
+        "host_overhead": m * steady.host_s,
+        "pp_comm": m * steady.pp_comm_s,
+        "pipeline_bubble": bubble,
+        "dp_comm_exposed": dp.exposed_s,
+        "embedding_sync": dp.embedding_sync_s,
+        "optimizer": dp.optimizer_s,
+        "overhead": np.full_like(m, eff.step_overhead_s),
+    }
+    B, s = float(training.global_batch_size), float(training.seq_length)
+    flops = model_flops_per_step(model, training.seq_length, training.global_batch_size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        imbalance = stage_imbalance(plan, st, layer, float(model.num_layers))
+        step = np.where(np.isfinite(step), step, np.inf)
+        return Scores(
+            step_time_s=step,
+            tokens_per_s=B * s / step,
+            samples_per_s=B / step,
+            mfu=flops / (step * n_gpus * peak_flops_per_s),
+            peak_memory_bytes=mem.peak_bytes,
+            observed_memory_bytes=mem.observed_bytes,
+            time_breakdown_s=times,
+            memory_breakdown_bytes=mem.breakdown_bytes,
+            microbatches=m,
+            bubble_share=bubble / step,
+            stage_imbalance=imbalance,
+            tp_crosses_nodes=groups.tp_nodes > 1,
+            dp_comm_total_s=dp.total_s,
+        )

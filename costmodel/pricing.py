@@ -1,0 +1,143 @@
+"""Pricing: one function turns an op table's kernels into times.
+
+Every op a phase emits (a layer's GEMMs, attention kernels, memory-bound passes, TP
+collectives, pipeline transfers) names a :class:`Kernel`: its shape (GEMM m x n x k), its
+FLOPs, its HBM bytes, or its message bytes and communication group. :func:`price` times each
+kernel once on the configuration's :class:`Device` (roofline of :mod:`costmodel.compute`) or,
+for collectives, through NCCL's model (:class:`costmodel.groups.Collectives`), and the rows
+that run a kernel read its time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from costmodel import collectives as coll
+from costmodel.calibration import Efficiency
+from costmodel.compute import ACT_BYTES, GEMM_BYTES, gemm_time_s, memory_op_time_s
+from costmodel.specs import PRECISIONS
+
+GEMM, ATTENTION, MEMORY, COLLECTIVE, P2P = "gemm", "attention", "memory", "collective", "p2p"
+
+
+@dataclass(frozen=True)
+class Device:
+    """The GPU as one batch of configurations sees it: peaks of each one's precision."""
+
+    eff: Efficiency
+    peak_flops_per_s: np.ndarray  # dense peak of the training precision
+    gemm_peak_flops_per_s: np.ndarray  # what the linears run at (fp8: x eff.fp8_gemm_scale)
+    attention_peak_flops_per_s: np.ndarray  # 16-bit peak where the precision is fp8
+    memory_bandwidth_bytes_per_s: float
+    gemm_bytes: np.ndarray  # bytes per GEMM operand element
+    act_bytes: np.ndarray  # bytes per activation element
+    fp8: np.ndarray
+    tensor_cores: np.ndarray  # False for fp32 (CUDA cores)
+    sm_count: int
+
+    def memop(self, nbytes, kernels=1.0) -> np.ndarray:
+        """A memory-bound pass of ``nbytes`` HBM bytes in ``kernels`` launches."""
+        return memory_op_time_s(nbytes, mem_bandwidth_bytes_per_s=self.memory_bandwidth_bytes_per_s,
+                                eff=self.eff, n_kernels=kernels)
+
+    def gemm(self, m, n, k, peak=None, elem_bytes=None) -> np.ndarray:
+        return gemm_time_s(m, n, k,
+                           peak_flops_per_s=self.gemm_peak_flops_per_s if peak is None else peak,
+                           mem_bandwidth_bytes_per_s=self.memory_bandwidth_bytes_per_s,
+                           elem_bytes=self.gemm_bytes if elem_bytes is None else elem_bytes,
+                           eff=self.eff, sm_count=self.sm_count,
+                           tensor_cores=self.tensor_cores)
+
+
+def peaks_by_precision(gpu) -> np.ndarray:
+    return np.array([gpu.peak_flops_per_s.get(pr, np.nan) for pr in PRECISIONS])
+
+
+def device_for(gpu, eff: Efficiency, precision: np.ndarray) -> Device:
+    peaks = peaks_by_precision(gpu)
+    fp8 = precision == PRECISIONS.index("fp8")
+    peak = peaks[precision]
+    # the attention core's batched GEMMs (and the output layer) stay in 16-bit when the
+    # linears run in fp8 (Transformer Engine keeps dot-product attention in bf16)
+    attn_peak = peaks[np.where(fp8, PRECISIONS.index("bf16"), precision)]
+    return Device(eff=eff, peak_flops_per_s=peak,
+                  gemm_peak_flops_per_s=peak * np.where(fp8, eff.fp8_gemm_scale, 1.0),
+                  attention_peak_flops_per_s=attn_peak,
+                  memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
+                  gemm_bytes=GEMM_BYTES[precision], act_bytes=ACT_BYTES[precision], fp8=fp8,
+                  tensor_cores=precision != PRECISIONS.index("fp32"), sm_count=gpu.sm_count)
+
+
+class Kernel(NamedTuple):
+    """One priced kernel (or collective) of an op table, for every configuration of a batch.
+
+    ``kind`` says how it is priced: ``gemm`` (roofline of an m x k by k x n GEMM at the
+    linears' peak, or at the 16-bit peak with ``peak="attention"``), ``attention`` (a fused
+    attention kernel: ``flops`` executed at ``eff.attention`` of the 16-bit peak, plus one
+    launch; with ``backward_of`` FlashAttention's backward, 2.5x that kernel's time, one
+    launch), ``memory`` (``nbytes`` of HBM traffic in ``kernels`` launches), ``collective``
+    (``collective`` of ``nbytes`` over the axis ``group``) or ``p2p`` (``nbytes`` to the next
+    pipeline stage). ``when``: where the kernel runs (elsewhere it takes no time).
+    """
+
+    name: str
+    kind: str
+    m: Any = None
+    n: Any = None
+    k: Any = None
+    peak: str = "gemm"  # "gemm" or "attention" (16-bit peak and activation-width operands)
+    flops: Any = None
+    nbytes: Any = None
+    kernels: Any = 1.0
+    collective: str | None = None
+    group: str | None = None  # communication axis: "tp", "dp", "pp"
+    when: Any = True
+    backward_of: str | None = None
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A communication axis as the collectives over it see it."""
+
+    ranks: np.ndarray
+    nodes: np.ndarray
+
+
+def price(kernels: Sequence[Kernel], dev: Device, comm=None,
+          axes: Mapping[str, Axis] | None = None, system: coll.NcclSystem | None = None
+          ) -> dict[str, np.ndarray]:
+    """Time of every kernel, in order (a ``backward_of`` kernel follows the one it derives
+    from)."""
+    times: dict[str, np.ndarray] = {}
+    for kern in kernels:
+        if kern.kind == GEMM:
+            if kern.peak == "attention":
+                t = dev.gemm(kern.m, kern.n, kern.k, dev.attention_peak_flops_per_s,
+                             dev.act_bytes)
+            else:
+                t = dev.gemm(kern.m, kern.n, kern.k)
+        elif kern.kind == ATTENTION:
+            if kern.backward_of is not None:
+                # FlashAttention's backward: 2.5x the forward's kernel time, one launch
+                ko = dev.eff.kernel_overhead_s
+                t = 2.5 * (times[kern.backward_of] - ko) + ko
+            else:
+                t = (kern.flops / (dev.eff.attention * dev.attention_peak_flops_per_s)
+                     + dev.eff.kernel_overhead_s)
+        elif kern.kind == MEMORY:
+            t = dev.memop(kern.nbytes, kern.kernels)
+        elif kern.kind == COLLECTIVE:
+            ax = axes[kern.group]
+            t = comm.time_s(kern.collective, kern.nbytes, ax.ranks, ax.nodes)
+        elif kern.kind == P2P:
+            t = coll.p2p_time_s(system, kern.nbytes, axes[kern.group].nodes > 1)
+        else:  # pragma: no cover - a programming error
+            raise ValueError(f"unknown kernel kind {kern.kind!r}")
+        if kern.when is not True:
+            t = np.where(kern.when, t, 0.0)
+        times[kern.name] = t
+    return times

@@ -1,0 +1,262 @@
+"""Memory per pipeline stage: model states, activations in flight, the loss's buffers, the
+optimizer step's copies, engine buffers and the allocator's reserve; the peak is the stage
+that holds the most.
+
+Sources: model states by ZeRO stage (Rajbhandari et al. 2020) in :mod:`costmodel.memory`;
+activations per layer (Korthikanti et al. 2022 eq. 1) and micro-batches in flight per stage
+(:func:`costmodel.memory.microbatches_in_flight`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.data_parallel import Sharding, _fp16_main_grads, grad_wire_bytes
+from costmodel.layers import LayerCosts
+from costmodel.memory import (
+    GRAD_BYTES,
+    OPTIMIZER_BYTES,
+    PARAM_BYTES,
+    microbatches_in_flight,
+    model_state_bytes,
+)
+from costmodel.schedule import GPIPE
+from costmodel.shard import Shard
+from costmodel.specs import PRECISIONS
+from costmodel.stages import StageGroup, StageParams, StagePlan
+
+# Bytes per local layer parameter of Transformer Engine's cached fp8 weight and its fp8
+# transpose (te.Linear fp8 workspaces, reused while is_first_microbatch is False)
+FP8_WEIGHT_CACHE_BYTES = 2.0
+# DeepSpeed's gradient all-reduce gathers tensors into one flat buffer until it holds more
+# than this many elements (engine.py allreduce_no_retain, pipe engine MEMORY_OPT_ALLREDUCE_SIZE)
+DEEPSPEED_ALLREDUCE_ELEMENTS = 5e8
+
+
+def gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt):
+    """Gradient bytes per parameter as the framework's optimizer holds them: (the bytes
+    ``model_state_bytes`` shards from ZeRO-2 on, the bytes already divided by d where ZeRO-1
+    shards them). The optimizer states stay ``OPTIMIZER_BYTES``.
+
+    Megatron-LM: fp32 main gradients (``GRAD_BYTES``), except fp16 training, which keeps fp16
+    main gradients and copies the local gradients (or the distributed optimizer's shard) to
+    fp32 for the step: 2 + 4 / d (``FrameworkCosts.dp.fp16_grad_copy``; the 20 and 4 + 16/d of
+    cost-model.md 4.2). DeepSpeed: bf16 weights (bf16, and fp8,
+    whose DeepSpeed config is the bf16 one) with ZeRO 0/1 run BF16_Optimizer, bf16 gradients
+    beside an unsharded fp32 accumulation buffer (2 + 4; deepspeed/runtime/bf16_optimizer.py
+    fp32_groups_gradients_flat); other 16-bit training runs the ZeRO optimizer (or
+    FP16_Optimizer without ZeRO): 16-bit gradients (2) and, for the step, an fp32 copy of the
+    local gradient partition (4 / d) next to the fp32 master weights and Adam moments (12 / d).
+    With the weights that is DeepSpeed's own estimate (cost-model.md 4.3): 4 + 16/d at ZeRO-1
+    (older estimate_zero2_model_states_mem_needs), 2 + 18/d at ZeRO-2 (current: 18 = 2 grads16
+    + 4 grads32 + 4 params32 + 8 Adam).
+    """
+    sixteen = pb < 4.0
+    zero16 = (fw.dp.zero_grad16 & sixteen & ~bf16_opt) | _fp16_main_grads(fw, prec)
+    gm = np.where(bf16_opt, 6.0, np.where(zero16, 2.0, gb))
+    g_part = np.where(zero16, 4.0, 0.0) / np.where(z >= 1, d, 1.0)
+    return gm, g_part
+
+
+def reduce_copy_bytes(bf16_opt, gcomm, g_part, psi):
+    """Bytes per local parameter that exist only after the backward, for the gradient
+    reduction and the optimizer step, on top of the model states: the fp32 copy of the local
+    16-bit gradient partition (``g_part``, see :func:`gradient_bytes`), or, with DeepSpeed's
+    BF16_Optimizer, the all-reduce's copies of its fp32 gradient buffer.
+
+    BF16_Optimizer hands its flat fp32 gradient buffer, one per parameter group, to the
+    engine's all-reduce (pipe/engine.py _bf16_reduce_grads -> buffered_allreduce_fallback),
+    which casts each bucket to ``communication_data_type`` before reducing it
+    (engine.py allreduce_bucket: ``tensor.to(self.communication_data_type)``, bf16 for bf16
+    training without ZeRO), a copy of ``gcomm`` bytes per parameter while the fp32 buffer
+    lives on. A group's buffer larger than the bucket size is reduced alone, as a view; below
+    it, the two groups (with and without weight decay) are first concatenated into a new
+    fp32 tensor, 4 bytes more. DeepSpeed decides that on the decay group's size; the model on
+    the stage's parameters, the no-decay group (biases and norms) being small beside it.
+
+    Read from DeepSpeed 0.6.3, the first release with BF16_Optimizer (2022-04), whose
+    pipeline engine runs it at ZeRO stage 0 (it shards its fp32 states over DP itself) and
+    refuses bf16 with ZeRO 1. BLOOM's Feb-2022 rows, which record "ZeRO 1" and "new
+    BF16_Optimizer", ran a pre-release of it; the model assumes it reduced the same way.
+    """
+    small = psi <= DEEPSPEED_ALLREDUCE_ELEMENTS
+    cast = np.where(gcomm < 4.0, gcomm, 0.0) + np.where(small, 4.0, 0.0)
+    return np.where(bf16_opt, cast, g_part)
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """One stage group's bytes per GPU in its two phases: the backward's peak and the step."""
+
+    weights: np.ndarray
+    gradients: np.ndarray
+    optimizer_states: np.ndarray
+    activations: np.ndarray
+    logits: np.ndarray
+    step_copy: np.ndarray  # the fp32 gradient copy (or BF16_Optimizer's cast) of the step
+    reserve_backward: np.ndarray  # the allocator's fragmented reserve at the backward's peak
+    reserve_step: np.ndarray  # ... and during the optimizer step
+    backward: np.ndarray  # states + activations + logits + reserve
+    step: np.ndarray  # states + step copy + reserve
+
+    @property
+    def peak(self) -> np.ndarray:
+        return np.maximum(self.backward, self.step)
+
+    @property
+    def in_step(self) -> np.ndarray:
+        """Whether the optimizer step, not the backward, sets the stage's peak."""
+        return self.step > self.backward
+
+
+@dataclass(frozen=True)
+class MemoryContext:
+    """What every stage's memory reads (arrays over the configurations)."""
+
+    per_layer_act: np.ndarray
+    transient: np.ndarray  # one layer live while recomputed
+    logits: np.ndarray  # the loss's buffers (on the loss's stage)
+    pipe_act: np.ndarray  # DeepSpeed's pipe buffers per micro-batch in flight (0: none)
+    param_bytes: np.ndarray  # weights' bytes per parameter as held
+    grad_bytes: np.ndarray
+    optimizer_bytes: np.ndarray
+    g_part: np.ndarray
+    gcomm: np.ndarray
+    cache: np.ndarray  # fp8 weight cache per layer
+    engine: np.ndarray  # engine buckets
+    step_grad: np.ndarray  # autograd's gradients per parameter, allocated every step
+    keep: float  # reserve per allocated byte
+
+
+def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCosts,
+                   plan: StagePlan, m, act_bytes, layer_params: float) -> MemoryContext:
+    """What every stage group's memory reads: per-layer activations, the loss's buffers, the
+    bytes per parameter of the model states as the framework holds them, engine buffers."""
+    prec, z, d, bf16_opt = batch.precision, opt.zero, opt.dp, opt.bf16_optimizer
+    t, tokens, h, V, single = shard.tp, shard.tokens, shard.hidden, shard.vocab, plan.single
+    sched = batch.schedule
+    pb, gb, ob = PARAM_BYTES[prec], GRAD_BYTES[prec], OPTIMIZER_BYTES[prec]
+    # the loss's buffers on the last stage (FrameworkCosts.memory.logits_saved_bytes: what a
+    # micro-batch keeps from its forward to its backward, Korthikanti 4.3's fp32 logits in
+    # Megatron; plus what the running loss allocates on top), kept for every micro-batch in
+    # flight on the last stage: one in 1F1B, m in GPipe (all forwards before any backward)
+    infl_loss = np.where((sched == GPIPE) & ~single, m, 1.0)
+    # DeepSpeed's PipelineEngine also keeps the last stage's output, the 16-bit logits, in its
+    # output buffer until the micro-batch's backward (pipe_buffers["outputs"])
+    saved = fw.memory.logits_saved_bytes + np.where(fw.pipeline.pipe_buffers & ~single, 2.0, 0.0)
+    logits = (saved * infl_loss + fw.memory.logits_transient_bytes) * tokens * V / t
+    gm, g_part = gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt)
+    # PyTorch FSDP FULL_SHARD keeps no 16-bit shard: the fp32 flat-parameter shard (the
+    # master, counted with the optimizer states) is cast to 16 bits when a unit is gathered
+    pw = np.where(fw.dp.fp32_flat_shard & (z >= 3) & (pb < 4.0), 0.0, pb)
+    # Transformer Engine's fp8 copies of each layer's linear weights, and their transposes
+    # for the backward on Hopper, cached across the step's micro-batches where the framework
+    # passes is_first_microbatch (Megatron-Core): FP8_WEIGHT_CACHE_BYTES per local layer
+    # parameter beside the 16-bit weights (--fp8-param-gather, which keeps no 16-bit copy,
+    # is not modelled)
+    cache = np.where((prec == PRECISIONS.index("fp8")) & fw.memory.fp8_weight_cache & (z < 3),
+                     FP8_WEIGHT_CACHE_BYTES * layer_params / t, 0.0)
+    zbuf = np.where(z >= 3, 2.0 * layer_params / t * pb, 0.0)
+    # BF16_Optimizer reduces its fp32 gradients through the cast counted in the step copy,
+    # not a bucket
+    engine = (np.where(bf16_opt, 0.0, fw.memory.reduce_bucket_bytes)
+              + fw.memory.gather_bucket_bytes + zbuf)
+    step_grad = np.where(fw.memory.autograd_grads, pb, 0.0) / np.where(z >= 2, d, 1.0)
+    keep = eff.allocator_fraction / (1.0 - eff.allocator_fraction)
+    # two activations per in-flight micro-batch (calibrated: FrameworkCosts.pipeline)
+    pipe_act = 2.0 * tokens * h * act_bytes if fw.pipeline.pipe_buffers else None
+    return MemoryContext(layer.activation_bytes,
+                         np.where(batch.recompute == 2, layer.full_activation_bytes, 0.0),
+                         logits, pipe_act, pw, gm, ob, g_part, grad_wire_bytes(fw, prec), cache,
+                         engine, step_grad, keep)
+
+
+def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: StagePlan, m, v,
+                 sched) -> StageMemory:
+    """One stage group's memory: its layers' activations for the micro-batches in flight on
+    its representative stage, model states of its parameters, the loss where it sits."""
+    infl = microbatches_in_flight(sched, plan.pp, m, v, g.index)
+    act = g.layers * cx.per_layer_act * infl + cx.transient
+    if cx.pipe_act is not None:
+        act = act + np.where(plan.single, 0.0, cx.pipe_act * infl)
+    logits = np.where(g.head, cx.logits, 0.0)
+    w, gr, o = model_state_bytes(psi, cx.param_bytes, cx.grad_bytes, cx.optimizer_bytes,
+                                 opt.zero, opt.dp)
+    w = w + g.layers * cx.cache
+    # the fp32 copy of the (local partition of the) 16-bit gradients, or BF16_Optimizer's
+    # bf16 cast of its fp32 gradients for the all-reduce, exists only after the backward has
+    # freed the activations
+    copy = psi * reduce_copy_bytes(opt.bf16_optimizer, cx.gcomm, cx.g_part, psi)
+    # What the caching allocator reserves on each stage. Of what is allocated and freed
+    # within a step (activations, logits, engine buckets and, where autograd allocates them
+    # every step, the gradients in the weights' dtype) a share ``allocator_fraction`` of the
+    # reserve stays free but fragmented at the peak, and nvidia-smi counts it; buffers
+    # allocated once at start-up (weights, contiguous gradient buffers, optimizer states) do
+    # not fragment. NCCL allocates its own buffers.
+    # Two phases per stage. The backward's peak holds the activations (and logits) with their
+    # share of fragmented reserve; the optimizer step holds the fp32 gradient copy once
+    # they are freed, with only the engine's and autograd's gradients' reserve left.
+    kept = (cx.engine + cx.step_grad * psi) * cx.keep
+    res = (act + logits) * cx.keep + kept
+    state = w + gr + o
+    return StageMemory(w, gr, o, act, logits, copy, res, kept, state + act + logits + res,
+                       state + copy + kept)
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    peak_bytes: np.ndarray  # what must fit: the larger of the backward and the step
+    observed_bytes: np.ndarray  # nvidia-smi's maximum
+    breakdown_bytes: dict[str, np.ndarray]
+    stages: tuple[StageMemory, ...]  # per group of the plan
+    fixed_bytes: np.ndarray  # engine buckets, NCCL buffers, CUDA context: on every stage
+
+
+def peak_memory(plan: StagePlan, params: StageParams, cx: MemoryContext, opt: Sharding, m, v,
+                sched, nccl_buffers, eff, gpu_memory_bytes) -> MemoryResult:
+    """For each stage group of the plan, its memory; the peak is the group that holds
+    strictly more than every group before it (embedding stage, loss stage, middle stages)."""
+    stages = [stage_memory(g, psi, cx, opt, plan, m, v, sched)
+              for g, psi in zip(plan.groups, params.per_group, strict=True)]
+    sel = np.zeros(plan.pp.shape, np.int64)
+    best = observed = None
+    for k, (g, st) in enumerate(zip(plan.groups, stages, strict=True)):
+        mem, seen = st.peak, st.backward + st.step_copy
+        if best is None:
+            best, observed = mem, seen
+            continue
+        sel = np.where(g.present & (mem > best), k, sel)
+        best = np.maximum(best, np.where(g.present, mem, 0.0))
+        observed = np.maximum(observed, np.where(g.present, seen, 0.0))
+
+    def pick(name):
+        out = getattr(stages[0], name)
+        for k, st in enumerate(stages[1:], 1):
+            out = np.where(sel == k, getattr(st, name), out)
+        return out
+
+    fixed = cx.engine + nccl_buffers + eff.cuda_context_bytes
+    peak_mem = pick("peak") + fixed
+    in_step = pick("in_step")
+    in_bwd = ~in_step
+    # What nvidia-smi's maximum shows: PyTorch's caching allocator keeps the backward's freed
+    # blocks reserved and takes new ones for the step's copy, so the two add up there (the
+    # allocator would release the cached blocks rather than fail: it is not what must fit).
+    # Where the sum exceeds the GPU's memory it does so (a failed cudaMalloc frees the cached
+    # blocks and retries, CUDACachingAllocator release_cached_blocks): nvidia-smi then reads
+    # the whole GPU at most.
+    observed = observed + fixed
+    observed = np.minimum(observed, np.maximum(peak_mem, gpu_memory_bytes))
+    breakdown = {
+        "weights": pick("weights"),
+        "gradients": pick("gradients") + np.where(in_step, pick("step_copy"), 0.0),
+        "optimizer_states": pick("optimizer_states"),
+        "activations": np.where(in_bwd, pick("activations"), 0.0),
+        "logits": np.where(in_bwd, pick("logits"), 0.0),
+        "communication_buffers": nccl_buffers + cx.engine,
+        "cuda_context": np.full_like(plan.pp, eff.cuda_context_bytes, dtype=float),
+        "allocator_reserve": np.where(in_bwd, pick("reserve_backward"), pick("reserve_step")),
+    }
+    return MemoryResult(peak_mem, observed, breakdown, tuple(stages), fixed)

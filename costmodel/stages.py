@@ -1,0 +1,252 @@
+"""Stages as an axis: the stage plan, per-stage micro-batch times, the pipeline's transfers.
+
+A :class:`StagePlan` says how many layers each pipeline stage holds and where the embedding
+and the loss sit (Megatron's pipeline layout; today's even and uneven splits come from
+:func:`costmodel.schedule.stage_layers`). Stages with equal layers and neither embedding nor
+head are identical, so the plan lists stage *groups* with a count: the embedding's stage
+(stage 0), the loss's stage (stage pp-1) and the middle stages (1 .. pp-2). Every phase that
+works per stage loops over ``plan.groups`` with running sums and maxima, vectorised over the
+configurations (never a configurations x stages array); a group a configuration does not have
+(count 0) takes no part. The groups run in the order the sums have always run: embedding
+stage, loss stage, middle stages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.layers import LayerCosts
+from costmodel.pricing import P2P, Axis, Kernel, price
+from costmodel.schedule import stage_layers
+
+
+@dataclass(frozen=True)
+class StageGroup:
+    """Identical pipeline stages of a plan (arrays over the configurations)."""
+
+    name: str
+    index: np.ndarray  # stage index of the group's representative
+    count: np.ndarray  # stages in the group (0 where a configuration has none)
+    layers: np.ndarray  # transformer layers on each of them
+    embedding: np.ndarray  # holds the word (and position) embedding
+    head: np.ndarray  # holds the output layer, the final norm and the loss
+    wins_time_ties: bool  # counts as the slowest stage when it ties with the slowest so far
+
+    @property
+    def present(self) -> np.ndarray:
+        return self.count > 0
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """Layers per pipeline stage and where the embedding and the loss sit."""
+
+    pp: np.ndarray
+    groups: tuple[StageGroup, ...]
+    splittable: np.ndarray  # False where no split gives every stage a layer
+
+    @property
+    def single(self) -> np.ndarray:
+        return self.pp == 1
+
+    def stage_layers(self, i: int) -> np.ndarray:
+        """Layers on stage ``i`` (per configuration; 0 past the last stage)."""
+        out = np.zeros(self.pp.shape)
+        for g in self.groups:
+            lo = g.index
+            out = np.where((i >= lo) & (i < lo + g.count), g.layers, out)
+        return out
+
+
+def stage_plan(num_layers: int, pp: np.ndarray) -> StagePlan:
+    """Megatron's split: even where pp divides the layers, else the middle stages hold
+    ceil(L/pp) and the first and last share the rest (``schedule.stage_layers``)."""
+    n_first, n_mid, n_last, ok = stage_layers(float(num_layers), pp)
+    single = pp == 1
+    yes, no = np.ones(pp.shape, bool), np.zeros(pp.shape, bool)
+    first = StageGroup("first", np.zeros(pp.shape, np.int64), np.ones(pp.shape, np.int64),
+                       n_first, yes, single, wins_time_ties=False)
+    last = StageGroup("last", pp - 1, np.where(single, 0, 1), n_last, no, yes,
+                      wins_time_ties=True)
+    # the second stage represents the middle ones: a full middle stage with one micro-batch
+    # fewer in flight than the first; it holds the most when the first stage has fewer layers
+    # (uneven split)
+    middle = StageGroup("middle", np.minimum(1, pp - 1), np.maximum(pp - 2, 0), n_mid, no, no,
+                        wins_time_ties=False)
+    return StagePlan(pp, (first, last, middle), ok)
+
+
+# ---- per-step gradient accumulation ---------------------------------------------------------
+def accumulate_gradients(layer: LayerCosts, m, bf16_opt, tied_here) -> LayerCosts:
+    """Charge the accumulation passes per micro-batch: AccumulateGrad on every micro-batch but
+    a step's first; with BF16_Optimizer its fp32 update after every micro-batch instead. A
+    tied output layer on the embedding's stage (pp = 1) is the same parameter: no update of
+    its own, but autograd adds its gradient to the embedding's within every backward."""
+    later = (m - 1.0) / m
+    emb_hp, accum = layer.embedding_hp_grad_s, layer.embedding_grad_accum_s
+    return layer.with_(
+        backward_s=layer.backward_s + np.where(bf16_opt, layer.hp_grad_s,
+                                               later * layer.grad_accum_s),
+        embedding_s=layer.embedding_s + np.where(bf16_opt, emb_hp, later * accum),
+        head_s=layer.head_s + np.where(tied_here, accum, np.where(bf16_opt, emb_hp,
+                                                                  later * accum)))
+
+
+# ---- pipeline point-to-point ----------------------------------------------------------------
+@dataclass(frozen=True)
+class PipelineComm:
+    """Per micro-batch transfer time of the pipeline's stages, and what one transfer moves."""
+
+    p2p_bytes: np.ndarray  # one activation (or its gradient) per TP rank
+    p2p_s: np.ndarray  # one transfer
+    regroup_s: np.ndarray  # the receiver's TP all-gather of a partitioned tensor
+    edge_s: np.ndarray  # the first or the last stage's transfers and re-gathers
+    middle_s: np.ndarray  # a middle stage's
+    out_regroup_s: np.ndarray | float  # DeepSpeed's re-gather of a sent activation
+    serial_s: np.ndarray  # the extra transfers of serial blocking p2p, middle stages
+
+    def stage_s(self, g: StageGroup, pp) -> np.ndarray:
+        """A stage group's transfers per micro-batch (0 without a pipeline)."""
+        edge = g.embedding | g.head
+        out = np.where(edge, self.edge_s, self.middle_s) + np.where(g.head, 0.0,
+                                                                    self.out_regroup_s)
+        return out + np.where(~edge & (pp >= 3), self.serial_s, 0.0)
+
+
+def pipeline_comm(system, fw, comm, batch, groups, act_bytes, v) -> PipelineComm:
+    """p2p per micro-batch with Megatron's scatter/gather optimisation (Narayanan et al. 2021
+    4.1): each stage sends its TP rank's share of the b s h activation."""
+    t = batch.tp.astype(float)
+    p2p_bytes = act_bytes / np.where(batch.tp > 1, t, 1.0)  # scatter/gather optimisation
+    pp_axis = Axis(batch.pp, np.where(groups.pp_crosses_nodes, 2, 1))
+    p2p_one = price((Kernel("pp.p2p", P2P, nbytes=p2p_bytes, group="pp"),), None,
+                    axes={"pp": pp_axis}, system=system)["pp.p2p"]
+    # the receiver re-assembles the full tensor with an all-gather over the TP group
+    # (Narayanan et al. 2021 4.1; DeepSpeed's partitioned pipe activations and gradients);
+    # with sequence parallelism the tensor is already split along the sequence: no gather
+    regroup = np.where((batch.tp > 1) & ~batch.sequence_parallel,
+                       comm.time_s("allgather", act_bytes, batch.tp, groups.tp_nodes), 0.0)
+    # per micro-batch: 2v transfers on every stage (activation out and gradient in on the
+    # first, the reverse on the last); the first and last stage receive one tensor fewer
+    # (2v - 1 re-gathers), a middle stage 2v
+    pp_on = batch.pp > 1
+    edge = np.where(pp_on, 2.0 * v * p2p_one + (2.0 * v - 1.0) * regroup, 0.0)
+    middle = np.where(pp_on, 2.0 * v * (p2p_one + regroup), 0.0)
+    # DeepSpeed frees a sent activation's full tensor and re-gathers it from its partition for
+    # the backward (PipelineEngine._exec_backward_pass: part_output.full()): one more
+    # re-gather per micro-batch on every stage but the last
+    out_regroup = np.where(pp_on, v * regroup, 0.0) if fw.pipeline.pipe_regather_output else 0.0
+    # a middle stage of a framework with serial blocking p2p (DeepSpeed) pays 4 transfers
+    # (serial transfers add no re-gathers)
+    serial = (2.0 * v * p2p_one if fw.pipeline.serial_p2p else np.zeros(p2p_one.shape))
+    return PipelineComm(p2p_bytes, p2p_one, regroup, edge, middle, out_regroup, serial)
+
+
+# ---- per-stage micro-batch times --------------------------------------------------------------
+@dataclass(frozen=True)
+class StageTimes:
+    """The stages' micro-batch times, reduced over the plan, and the slowest's components."""
+
+    stage_s: tuple[np.ndarray, ...]  # per group of the plan
+    p2p_s: tuple[np.ndarray, ...]  # per group: its transfers
+    first_s: np.ndarray  # the embedding's stage
+    slowest_s: np.ndarray
+    total_s: np.ndarray  # sum over all stages (one micro-batch through the pipeline)
+    slowest_layers: np.ndarray  # the slowest stage's layers ...
+    slowest_ends_s: np.ndarray  # ... its embedding and head ...
+    slowest_p2p_s: np.ndarray  # ... and its transfers
+
+
+def stage_times(plan: StagePlan, layer: LayerCosts, pipe: PipelineComm) -> StageTimes:
+    """For each stage of the plan (identical stages once, with their count): layers x the
+    layer's micro-batch + embedding / head + transfers; running sum and maximum."""
+    lt = layer.total_s
+    pp = plan.pp
+    stage_s, p2p_s = [], []
+    slowest = total = sel_layers = sel_ends = sel_p2p = None
+    for g in plan.groups:
+        emb = np.where(g.embedding, layer.embedding_s, 0.0)
+        head = np.where(g.head, layer.head_s, 0.0)
+        ends = emb + head
+        p2p = pipe.stage_s(g, pp)
+        t = g.layers * lt + emb + head + p2p
+        stage_s.append(t)
+        p2p_s.append(p2p)
+        if slowest is None:  # the embedding's stage: every configuration has it
+            slowest, total = t, t
+            sel_layers, sel_ends, sel_p2p = g.layers, ends, p2p
+            continue
+        # an unrunnable configuration (an infinite stage time) gives an infinite span; the
+        # inf - inf and 0 x inf on the way are expected, not warnings
+        with np.errstate(invalid="ignore"):
+            total = total + np.where(g.present, g.count * t, 0.0)
+        here = g.present & ((t >= slowest) if g.wins_time_ties else (t > slowest))
+        sel_layers = np.where(here, g.layers, sel_layers)
+        sel_ends = np.where(here, ends, sel_ends)
+        sel_p2p = np.where(here, p2p, sel_p2p)
+        slowest = np.maximum(slowest, np.where(g.present, t, 0.0))
+    return StageTimes(tuple(stage_s), tuple(p2p_s), stage_s[0], slowest, total,
+                      sel_layers, sel_ends, np.where(plan.single, 0.0, sel_p2p))
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """The slowest stage's micro-batch split into terms (x m: the steady part of the span)."""
+
+    compute_s: np.ndarray
+    recompute_s: np.ndarray
+    tp_comm_s: np.ndarray
+    host_s: np.ndarray
+    pp_comm_s: np.ndarray
+
+
+def steady_state(st: StageTimes, layer: LayerCosts, steady_s, m) -> SteadyState:
+    Ls = st.slowest_layers
+    compute_mb = Ls * (layer.forward_s + layer.backward_s) + st.slowest_ends_s
+    recompute_mb = Ls * layer.recompute_s
+    tp_mb = Ls * layer.tp_comm_s
+    host_mb = Ls * layer.host_s
+    pp_steady = st.slowest_p2p_s
+    # residual rounding (e.g. SP collectives inside emb/head) folds into compute (an
+    # unrunnable configuration's infinite terms leave it NaN: its step time is inf)
+    with np.errstate(invalid="ignore"):
+        compute_mb = compute_mb + (steady_s / m - (compute_mb + recompute_mb + tp_mb + host_mb
+                                                   + pp_steady))
+    return SteadyState(compute_mb, recompute_mb, tp_mb, host_mb, pp_steady)
+
+
+# ---- parameters per stage ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters each stage group's ranks hold after TP partitioning (before ZeRO)."""
+
+    per_group: tuple[np.ndarray, ...]
+    largest: np.ndarray  # the largest stage's: what the DP collectives move
+    layer: float  # one layer's parameters (unpartitioned)
+
+
+def stage_params(plan: StagePlan, model, training, vocab, tp) -> StageParams:
+    """Layers / t, the word embedding / t and learned positions (replicated over TP) on the
+    embedding's stage, the output layer / t (none when tied on one stage) and the final norm
+    on the loss's."""
+    t = tp
+    h = float(model.hidden_size)
+    layer_params = float(model.params_per_layer)
+    emb_params = vocab * h
+    head_params = np.where(model.tied_embeddings & (plan.pp == 1), 0.0, vocab * h)
+    pos_params = float(model.position_params(training.seq_length))
+    norm_params = float(model.hidden_size * (2 if model.normalization == "layernorm" else 1))
+    out, largest = [], None
+    for g in plan.groups:
+        psi = g.layers * layer_params / t + np.where(g.embedding, emb_params / t, 0.0)
+        psi = psi + np.where(g.embedding, pos_params, 0.0)
+        # the output layer and the final norm: added one by one on the loss's own stage, as
+        # one term where the embedding's stage holds them too (pp = 1)
+        alone, shared = g.head & ~g.embedding, g.head & g.embedding
+        psi = (psi + np.where(alone, head_params / t, 0.0) + np.where(alone, norm_params, 0.0)
+               + np.where(shared, head_params / t + norm_params, 0.0))
+        out.append(psi)
+        largest = psi if largest is None else np.maximum(largest, np.where(g.present, psi, 0.0))
+    return StageParams(tuple(out), largest, layer_params)

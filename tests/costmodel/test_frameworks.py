@@ -1,0 +1,48 @@
+"""costmodel.calibration.FrameworkCosts: framework profiles grouped by the phase that reads
+them, passed to score(..., framework=)."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel.batch import ConfigBatch
+from costmodel.calibration import FRAMEWORKS, FrameworkCosts
+from costmodel.hardware import default_cluster
+from costmodel.model import score
+from costmodel.specs import FRAMEWORKS as FRAMEWORK_NAMES
+from costmodel.specs import ModelSpec, ParallelConfig, TrainingSpec
+
+
+def test_every_framework_has_a_named_profile():
+    assert set(FRAMEWORKS) == set(FRAMEWORK_NAMES)
+    for name, fw in FRAMEWORKS.items():
+        assert fw.name == name
+        for group in ("host", "kernels", "tp", "pipeline", "dp", "memory"):
+            assert getattr(fw, group) is not None
+
+
+def test_with_changes_the_field_in_its_group():
+    ds = FRAMEWORKS["deepspeed"]
+    paired = ds.with_(serial_p2p=False, layer_pass_s=0.0)
+    assert paired.pipeline.serial_p2p is False and paired.host.layer_pass_s == 0.0
+    assert paired.pipeline.pipe_buffers == ds.pipeline.pipe_buffers
+    assert paired.memory == ds.memory and ds.pipeline.serial_p2p is True  # a copy
+    with pytest.raises(TypeError, match="no field"):
+        ds.with_(no_such_field=1)
+    assert FrameworkCosts("plain").host.layer_pass_s == 0.0
+
+
+def test_score_takes_the_profile_without_patching_globals():
+    model = ModelSpec(name="m", num_layers=4, hidden_size=2048, num_attention_heads=16,
+                      ffn_hidden_size=8192, vocab_size=50000)
+    training = TrainingSpec(seq_length=1024, global_batch_size=16, framework="deepspeed")
+    batch = ConfigBatch.from_configs([ParallelConfig(tp=2, pp=2, dp=2, precision="fp16")])
+    cluster = default_cluster(8)
+    default = score(model, cluster, training, batch)
+    explicit = score(model, cluster, training, batch, framework=FRAMEWORKS["deepspeed"])
+    assert explicit.row(0) == default.row(0)
+    faster_host = score(model, cluster, training, batch,
+                        framework=FRAMEWORKS["deepspeed"].with_(layer_pass_s=0.0,
+                                                                collective_host_s=0.0))
+    assert faster_host.step_time_s[0] < default.step_time_s[0]
+    assert score(model, cluster, training, batch).row(0) == default.row(0)  # nothing leaked

@@ -1,0 +1,52 @@
+"""costmodel.pricing: one function turns kernels into times."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from costmodel.calibration import efficiency_for
+from costmodel.compute import gemm_time_s, memory_op_time_s
+from costmodel.hardware import get_gpu
+from costmodel.pricing import ATTENTION, GEMM, MEMORY, Kernel, device_for, price
+from costmodel.specs import PRECISIONS
+
+GPU = get_gpu("h100-sxm-80gb")
+EFF = efficiency_for(GPU.compute_capability)
+PREC = np.array([PRECISIONS.index("bf16"), PRECISIONS.index("fp8")])
+
+
+def test_device_peaks_by_precision():
+    dev = device_for(GPU, EFF, PREC)
+    assert dev.peak_flops_per_s.tolist() == [GPU.peak_flops_per_s["bf16"],
+                                             GPU.peak_flops_per_s["fp8"]]
+    # fp8 linears reach fp8_gemm_scale of their peak; attention stays at the 16-bit peak
+    assert dev.gemm_peak_flops_per_s[1] == GPU.peak_flops_per_s["fp8"] * EFF.fp8_gemm_scale
+    assert dev.attention_peak_flops_per_s.tolist() == [GPU.peak_flops_per_s["bf16"]] * 2
+    assert dev.gemm_bytes.tolist() == [2.0, 1.0] and dev.act_bytes.tolist() == [2.0, 2.0]
+
+
+def test_price_gemm_memory_attention_and_masks():
+    dev = device_for(GPU, EFF, PREC)
+    kerns = (Kernel("qkv", GEMM, 4096.0, 6144.0, 4096.0),
+             Kernel("head", GEMM, 4096.0, 32000.0, 4096.0, peak="attention"),
+             Kernel("norm", MEMORY, nbytes=np.array([1e8, 2e8]), kernels=2.0),
+             Kernel("cast", MEMORY, nbytes=1e8, when=np.array([False, True])),
+             Kernel("attn", ATTENTION, flops=np.array([1e12, 1e12])),
+             Kernel("attn.bwd", ATTENTION, backward_of="attn"))
+    t = price(kerns, dev)
+    assert list(t) == ["qkv", "head", "norm", "cast", "attn", "attn.bwd"]
+    want = gemm_time_s(4096.0, 6144.0, 4096.0, peak_flops_per_s=dev.gemm_peak_flops_per_s,
+                       mem_bandwidth_bytes_per_s=GPU.memory_bandwidth_bytes_per_s,
+                       elem_bytes=dev.gemm_bytes, eff=EFF, sm_count=GPU.sm_count)
+    np.testing.assert_array_equal(t["qkv"], want)
+    assert t["head"][0] == t["head"][1]  # 16-bit peak and operands in fp8 training too
+    np.testing.assert_array_equal(t["norm"], memory_op_time_s(
+        np.array([1e8, 2e8]), mem_bandwidth_bytes_per_s=GPU.memory_bandwidth_bytes_per_s,
+        eff=EFF, n_kernels=2.0))
+    assert t["cast"][0] == 0.0 and t["cast"][1] > 0.0
+    ko = EFF.kernel_overhead_s
+    assert t["attn"][0] == pytest.approx(1e12 / (EFF.attention * GPU.peak_flops_per_s["bf16"])
+                                         + ko, rel=1e-12)
+    # FlashAttention's backward: 2.5x the forward kernel, one launch
+    assert t["attn.bwd"][0] == pytest.approx(2.5 * (t["attn"][0] - ko) + ko, rel=1e-12)
