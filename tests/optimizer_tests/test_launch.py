@@ -584,7 +584,7 @@ def test_k8s_manifest_shape():
     for role in ("Master", "Worker"):
         (container,) = specs[role]["template"]["spec"]["containers"]
         assert container["name"] == "pytorch"
-        assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"  # a quantity string
         assert {"name": "CUDA_DEVICE_MAX_CONNECTIONS", "value": "1"} in container["env"]
         assert value(container["args"], "--tensor-model-parallel-size") == "4"
         assert value(container["args"], "--nnodes") == "2"
