@@ -295,9 +295,14 @@ def test_deeply_nested_yaml_file_is_input_error_naming_the_field(tmp_path, secti
             loaders.load_run(f)
         else:
             studies.load_study_file(f)
+    assert e.value.exit_code == 2
+    if "exceeded maximum nesting depth" in e.value.message:
+        # PyYAML >= 6.0.4's libyaml scanner stops at its own depth limit (1000) before the
+        # depth-counting composer sees the document: still an input error naming the file
+        assert e.value.field == section, e.value.field
+        return
     assert e.value.field.startswith(f"{section}.source"), e.value.field
     assert f"more than {MAX_NESTING_DEPTH} levels" in e.value.message
-    assert e.value.exit_code == 2
 
 
 @pytest.mark.parametrize("section", ["model", "cluster", "graph"])
