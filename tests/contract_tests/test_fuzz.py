@@ -279,8 +279,8 @@ _DEEP_TEXT = {
 @pytest.mark.parametrize("section", ["model", "cluster", "run", "study"])
 def test_deeply_nested_yaml_file_is_input_error_naming_the_field(tmp_path, section, kind):
     # 10,000 nested collections: libyaml parses them, then repr() in loaders._short raised
-    # RecursionError (exit 1); ~100,000 crashed the C composer. The depth is now bounded on
-    # the YAML event stream before anything is built.
+    # RecursionError (exit 1); ~100,000 crashed the C composer. The depth is now bounded by
+    # the loader's own composer while it builds the document (libyaml's composer never runs).
     from costmodel.errors import MAX_NESTING_DEPTH
 
     deep = _DEEP_TEXT[kind]
