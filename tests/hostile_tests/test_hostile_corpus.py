@@ -111,7 +111,7 @@ DELETE = object()
 INT_JUNK = ["-1", "0", "abc", "1.5", "", " ", "1e3", "0x10", "9" * 40, "nan"]
 INT_FLAGS = {"--gpus": "gpus", "--gpus-per-node": "gpus_per_node", "--seq-length": "seq_length",
              "--global-batch-size": "global_batch_size", "--trials": "trials",
-             "--jobs": "jobs", "--batch-size": "batch_size", "--seed": "seed"}
+             "--jobs": "jobs", "--trials-per-batch": "batch", "--seed": "seed"}
 for flag, field in INT_FLAGS.items():
     for i, v in enumerate(INT_JUNK):
         if flag == "--seed" and v == "0":
@@ -136,7 +136,8 @@ for i, v in enumerate([str(2**63), str(2**40), str(10**30)]):
     add(f"flag--trials-huge-{i}", "trials",
         ["--model", "7b", *BASE, "--sampler", "random", "--trials", v])
     add(f"flag--batch-size-huge-{i}", "batch_size",
-        ["--model", "7b", *BASE, "--sampler", "random", "--trials", "4", "--batch-size", v])
+        ["--model", "7b", *BASE, "--sampler", "random", "--trials", "4", "--trials-per-batch",
+         v])
     add(f"flag--jobs-huge-{i}", "jobs", ["--model", "7b", *BASE, "--jobs", v])
     add(f"flag--gpus-per-node-huge-{i}", "gpus_per_node",
         ["--model", "7b", "--gpus", "8", "-q", "--gpus-per-node", v])
@@ -175,7 +176,7 @@ SPACE_JUNK = {
     "--zero-stage": ["4", "-1", "x", "9"],
     "--schedule": ["zigzag", "", "1f2b"],
     "--virtual-stages": ["0", "-1", "x"],
-    "--nccl-algo": ["bogus", "ring;;", "allreduce:", "^", ""],
+    "--nccl-algo": ["bogus", "ring,warp", "allreduce:", "^", ""],
     "--nccl-proto": ["bogus", "ll256", ""],
 }
 for flag, values in SPACE_JUNK.items():
@@ -486,7 +487,7 @@ for i, v in enumerate(["allsum", "", "all gather scatter", "\x1b[2J"]):
 for i, v in enumerate(["0", "-1", "x", str(10**12), "1.5"]):
     add(f"nccl-gpus-{i}", "gpus", ["nccl", "--collective", "allreduce", "--size", "1GiB",
                                    "--gpus", v])
-for i, v in enumerate(["warp", "ring;;", "^", "allreduce:bogus"]):
+for i, v in enumerate(["warp", "ring,warp", "allreduce:bogus"]):
     add(f"nccl-algo-{i}", "algo", [*NCCL, "--algo", v])
 for i, v in enumerate(["ll256", "", "simple;x"]):
     add(f"nccl-proto-{i}", "proto", [*NCCL, "--proto", v])
