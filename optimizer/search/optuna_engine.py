@@ -22,7 +22,8 @@ inputs and versions give the same study and the same front.
 Budget. The search ends when the study holds ``min(trials, valid configurations)`` counted
 finished (COMPLETE + PRUNED) trials, counting trials from a previous (killed) run and from
 other workers sharing the study: before each batch a worker asks at most
-``trials - finished - running``. A trial naming a configuration that a lower-numbered trial
+``min(batch_size, trials - finished) - running``, so the whole study never has more than
+``batch_size`` trials in flight and N workers adapt like one process with that batch. A trial naming a configuration that a lower-numbered trial
 already claimed (a duplicate), or one whose predecessors (by trial number, which Optuna
 assigns in creation order under a lock) already hold the whole budget, is still scored (from
 the cache) and told, tagged ``counted: false`` (:data:`optimizer.storage.COUNTED_ATTR`): it
@@ -464,7 +465,10 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
         bar.update(min(finished, trials), scored.feasible(limit))
         if finished >= trials:
             return
-        k = min(batch_size, trials - finished - running)
+        # at most batch_size trials in flight in the whole study, whatever the number of
+        # workers: 8 workers asking a batch each at once would claim a 200-trial budget in
+        # one round of blind proposals, with no sampler update and no polish in between
+        k = min(batch_size - running, trials - finished - running)
         if k <= 0:  # other workers hold the rest of the budget: wait for them (or their death)
             time.sleep(POLL_S)
             st.fail_dead_trials(study, kind, at_startup=False)
@@ -475,8 +479,9 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
             for row in polish_candidates(enc, scored, limit, max(0, k - len(waiting)), waiting):
                 study.enqueue_trial(enc.params_for(row), user_attrs={"origin": "polish"})
                 waiting.add(row)
-        if stale:
-            for row in _unscored(enc, scored, waiting, k, fill_seed() + len(everything)):
+        if stale and len(waiting) < k:  # never more waiting trials than this batch asks
+            for row in _unscored(enc, scored, waiting, k - len(waiting),
+                                 fill_seed() + len(everything)):
                 study.enqueue_trial(enc.params_for(row), user_attrs={"origin": "fill"})
 
         # 1. ask k trials from the seeded sampler, in order, and decode them

@@ -14,7 +14,7 @@ RUNNING trials nobody will ever finish:
   not yet tagged; that worker drops the trial and asks again (optuna_search._loop);
 - RDB storages: trials of other hosts are left to Optuna's heartbeat; a RUNNING trial without
   an owner tag (its worker died between ``ask`` and the tag, which takes milliseconds) is
-  failed once it is older than ``UNTAGGED_GRACE_S`` (5 s); an owner on this host that is a
+  failed once it is older than ``UNTAGGED_GRACE_S`` (15 s); an owner on this host that is a
   zombie counts as dead;
 - while a worker waits for others, any RUNNING trial older than the grace period whose owner
   cannot be seen alive is failed (so a lost worker never blocks the others for ever).

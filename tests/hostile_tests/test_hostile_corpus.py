@@ -175,7 +175,7 @@ SPACE_JUNK = {
     "--zero-stage": ["4", "-1", "x", "9"],
     "--schedule": ["zigzag", "", "1f2b"],
     "--virtual-stages": ["0", "-1", "x"],
-    "--nccl-algo": ["bogus", "ring;;", "allreduce:", "^", ""],
+    "--nccl-algo": ["bogus", "ring,warp", "allreduce:", "^", ""],
     "--nccl-proto": ["bogus", "ll256", ""],
 }
 for flag, values in SPACE_JUNK.items():
@@ -486,7 +486,7 @@ for i, v in enumerate(["allsum", "", "all gather scatter", "\x1b[2J"]):
 for i, v in enumerate(["0", "-1", "x", str(10**12), "1.5"]):
     add(f"nccl-gpus-{i}", "gpus", ["nccl", "--collective", "allreduce", "--size", "1GiB",
                                    "--gpus", v])
-for i, v in enumerate(["warp", "ring;;", "^", "allreduce:bogus"]):
+for i, v in enumerate(["warp", "ring,warp", "allreduce:bogus"]):
     add(f"nccl-algo-{i}", "algo", [*NCCL, "--algo", v])
 for i, v in enumerate(["ll256", "", "simple;x"]):
     add(f"nccl-proto-{i}", "proto", [*NCCL, "--proto", v])
