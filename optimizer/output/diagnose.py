@@ -40,6 +40,19 @@ def mfu_against(mfu: float, peaks: Mapping[str, float] | None, precision: str,
     return mfu * own / ref
 
 
+def mfu_pair(metrics: Mapping[str, float], peaks: Mapping[str, float] | None, precision: str
+             ) -> tuple[float, float]:
+    """(MFU over the bf16 peak, utilisation of the run precision's peak) of a metrics object.
+    The cost model's ``mfu`` is over the bf16 peak with ``low_precision_utilization`` beside
+    it (cost model >= 0.5.0); a document without that field has ``mfu`` over the run
+    precision's peak, converted with :func:`mfu_against`."""
+    mfu = metrics.get("mfu", 0.0)
+    own = metrics.get("low_precision_utilization")
+    if own is not None:
+        return mfu, own
+    return mfu_against(mfu, peaks, precision), mfu
+
+
 def main_bottleneck(metrics: Mapping[str, Any]) -> str:
     """The largest term of the step time."""
     tb = metrics["time_breakdown_s"]
@@ -95,10 +108,9 @@ def diagnose(problem, config: ParallelConfig, metrics: Mapping[str, Any]) -> lis
                                      "a smaller micro-batch"))
     # MFU against the bf16 peak: an fp8 run at 25% of the fp8 peak uses 50% of the bf16 one,
     # the figure NVIDIA and Meta report and the threshold means
-    mfu = metrics.get("mfu", 0.0)
-    peaks = getattr(getattr(getattr(problem, "cluster", None), "gpu", None),
-                    "peak_flops_per_s", None)
-    mfu_bf16 = mfu_against(mfu, peaks, config.precision)
+    mfu_bf16, mfu = mfu_pair(metrics, getattr(getattr(getattr(problem, "cluster", None),
+                                                      "gpu", None), "peak_flops_per_s", None),
+                             config.precision)
     if mfu_bf16 < LOW_MFU:
         own = "" if mfu_bf16 == mfu else f" ({mfu:.0%} of the {config.precision} peak)"
         out.append(Finding("low_mfu", f"MFU {mfu_bf16:.0%} of the bf16 peak{own} is low; "
