@@ -96,6 +96,8 @@ def data_parallel_step(comm, batch, groups, fw, eff, training, sh: Sharding, psi
                        ) -> DataParallelStep:
     prec, z, d, bf16_opt = batch.precision, sh.zero, sh.dp, sh.bf16_optimizer
     pb = PARAM_BYTES[prec]
+    if training.fp8_param_gather:  # the gathered weights travel as fp8 (1 byte)
+        pb = np.where(prec == PRECISIONS.index("fp8"), 1.0, pb)
     dp_n, dp_nodes = batch.dp, groups.dp_nodes
     # bytes per gradient on the wire (FrameworkCosts.dp.grad_comm_bytes: DeepSpeed reduces 16-bit
     # gradients in the training dtype)

@@ -74,6 +74,8 @@ class Problem:
             doc["training"]["fp8_recipe"] = self.training.fp8_recipe
         if self.training.overlap_p2p_comm:
             doc["training"]["overlap_p2p_comm"] = True
+        if self.training.fp8_param_gather:
+            doc["training"]["fp8_param_gather"] = True
         return doc
 
     def fingerprint(self) -> str:

@@ -328,6 +328,14 @@ def framework_flags(group: str, parallel: Mapping[str, Any]) -> FrameworkFlags:
     return flags
 
 
+def gathers_in_fp8(group: str, par: Mapping[str, Any]) -> bool:
+    """torchtitan's Float8 runs all-gather their FSDP2 parameters in fp8: its float8 recipes
+    (llama3_405b.toml, and the docs' float8 runs) set enable_fsdp_float8_all_gather and
+    precompute_float8_dynamic_scale_for_fsdp, "recommended for tensorwise"."""
+    return group.startswith("torchtitan") and "float8" in str(par.get("precision") or
+                                                              "").lower()
+
+
 def overlaps_p2p(entry: Mapping[str, Any], flags: FrameworkFlags) -> bool:
     """Megatron-Core's interleaved schedule overlaps p2p with compute (its default since
     2023; the data README says so for the NVIDIA recipes): the Megatron rows of the 2026
@@ -921,7 +929,8 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             overlap_grad_reduce=flags.overlap_grad_reduce, dropout=flags.dropout,
                             framework=flags.framework, tp_comm_overlap=flags.tp_comm_overlap,
                             fp8_recipe="delayed" if vtrain else fp8_recipe_of(par),
-                            overlap_p2p_comm=overlaps_p2p(entry, flags))
+                            overlap_p2p_comm=overlaps_p2p(entry, flags),
+                            fp8_param_gather=gathers_in_fp8(group, par))
 
     step, src = measured_step_time(measured, derived, training.tokens_per_step, world,
                                    include_derived=include_derived, global_batch=gbs)
