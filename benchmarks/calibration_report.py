@@ -119,8 +119,8 @@ ATTENTION_SOURCES = {
                             "cores: 0.40 (assumed, not fitted)",
     ("blackwell_ultra", "cudnn"): "sm103 (B300/GB300): NVIDIA Blackwell Ultra doubles the SFU "
                                   "exponential throughput that bounds the forward on B200 (FA4 "
-                                  "paper): fwd 0.65 (between cuDNN's 0.50 and FA4's 0.71 bound "
-                                  "times 1.3/1.3; assumed, not fitted); backward as B200",
+                                  "paper): fwd 0.65, between cuDNN's 0.50 on B200 and FA4's 0.71 "
+                                  "(assumed, not fitted); backward as B200",
 }
 
 
