@@ -422,13 +422,17 @@ class TrainingSpec:
     # fp8 runs all-gather their (ZeRO-3 / FSDP) parameters in fp8, 1 byte each (torchao's
     # enable_fsdp_float8_all_gather, Megatron's --fp8-param-gather); else in 16 bits
     fp8_param_gather: bool = False
+    # Megatron's --grad-reduce-in-bf16 (Megatron-Bridge's recipes): the data-parallel
+    # reduction of 16-bit training runs in bf16 instead of the fp32 main gradients (time only:
+    # the gradient buffer's memory is not changed by this flag in the model)
+    grad_reduce_in_bf16: bool = False
 
     def __post_init__(self) -> None:
         _set(self, "seq_length", _int("training", "seq_length", self.seq_length))
         _set(self, "global_batch_size",
              _int("training", "global_batch_size", self.global_batch_size))
         for name in ("flash_attention", "overlap_grad_reduce", "dropout", "tp_comm_overlap",
-                     "overlap_p2p_comm", "fp8_param_gather"):
+                     "overlap_p2p_comm", "fp8_param_gather", "grad_reduce_in_bf16"):
             _set(self, name, _bool("training", name, getattr(self, name)))
         _set(self, "framework", _choice("training", "framework", self.framework, FRAMEWORKS))
         _set(self, "fp8_recipe", _choice("training", "fp8_recipe", self.fp8_recipe,

@@ -76,6 +76,8 @@ class Problem:
             doc["training"]["overlap_p2p_comm"] = True
         if self.training.fp8_param_gather:
             doc["training"]["fp8_param_gather"] = True
+        if self.training.grad_reduce_in_bf16:
+            doc["training"]["grad_reduce_in_bf16"] = True
         return doc
 
     def fingerprint(self) -> str:

@@ -328,6 +328,13 @@ def framework_flags(group: str, parallel: Mapping[str, Any]) -> FrameworkFlags:
     return flags
 
 
+def reduces_in_bf16(group: str, par: Mapping[str, Any], flags: FrameworkFlags) -> bool:
+    """Megatron-Bridge's recipes reduce gradients in bf16, not the fp32 main gradients (data
+    README); older NeMo tables are left as they were."""
+    fw = str(par.get("framework", "")).lower()
+    return flags.framework == "megatron" and ("bridge" in group.lower() or "bridge" in fw)
+
+
 def gathers_in_fp8(group: str, par: Mapping[str, Any]) -> bool:
     """torchtitan's Float8 runs all-gather their FSDP2 parameters in fp8: its float8 recipes
     (llama3_405b.toml, and the docs' float8 runs) set enable_fsdp_float8_all_gather and
@@ -930,7 +937,8 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             framework=flags.framework, tp_comm_overlap=flags.tp_comm_overlap,
                             fp8_recipe="delayed" if vtrain else fp8_recipe_of(par),
                             overlap_p2p_comm=overlaps_p2p(entry, flags),
-                            fp8_param_gather=gathers_in_fp8(group, par))
+                            fp8_param_gather=gathers_in_fp8(group, par),
+                            grad_reduce_in_bf16=reduces_in_bf16(group, par, flags))
 
     step, src = measured_step_time(measured, derived, training.tokens_per_step, world,
                                    include_derived=include_derived, global_batch=gbs)

@@ -118,3 +118,14 @@ def test_fp8_parameter_gather_halves_the_fsdp_gathers():
     d = _score(cluster, TrainingSpec(seq_length=4096, global_batch_size=16, framework="fsdp"),
                dp=16, zero_stage=3, precision="bf16")
     assert c.step_time_s[0] == d.step_time_s[0]  # bf16 runs gather in bf16 whatever the flag
+
+
+def test_bf16_gradient_reduction_halves_the_dp_bytes():
+    cluster = hw.get_cluster_preset("dgx-h100", 2)
+    a = _score(cluster, TrainingSpec(seq_length=4096, global_batch_size=16), dp=16,
+               zero_stage=1, precision="bf16")
+    b = _score(cluster, TrainingSpec(seq_length=4096, global_batch_size=16,
+                                     grad_reduce_in_bf16=True), dp=16, zero_stage=1,
+               precision="bf16")
+    assert b.dp_comm_total_s[0] < a.dp_comm_total_s[0]
+    assert b.peak_memory_bytes[0] == a.peak_memory_bytes[0]
