@@ -313,6 +313,9 @@ class NcclSystem:
     tree_simple_pattern: bool = False  # the x0.85 "simpler TREE pattern" (sm90+ searches)
     same_channels: bool = True  # broadcast/reduce latency rule (nccl.md §3.4)
     calibration: NcclCalibration = field(default_factory=NcclCalibration)
+    # multi-node NVLink (NCCL_MNNVL_ENABLE, default auto): ``gpus_per_node`` is the NVLink
+    # domain's, NCCL fusing its hosts into one node (groups.nccl_nodes)
+    mnnvl: bool = False
     _graphs: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -465,6 +468,11 @@ def nccl_system(cluster: ClusterSpec, *, cpu_vendor: str = "intel", collnet_enab
         nvlink, links, fabric = 0.0, 0, "pcie"
     inter = cluster.inter_node
     nics = inter.nics_per_node if inter.fabric != "none" else 0
+    # an NVLink domain across hosts (NVL72) is one NCCL node of the domain's GPUs with all
+    # its hosts' NICs (MNNVL; modern-training.md section 6, nccl.md)
+    hosts_per_node = max(1, cluster.domain_gpus // cluster.gpus_per_node)
+    mnnvl = hosts_per_node > 1 and nvlink > 0
+    ppn = cluster.domain_gpus if mnnvl else cluster.gpus_per_node
     cal = calibration
     if cal is None:
         raw = cluster.calibration or {}
@@ -473,12 +481,12 @@ def nccl_system(cluster: ClusterSpec, *, cpu_vendor: str = "intel", collnet_enab
             inter_bw_scale=raw.get("nccl_inter_bw_scale", 1.0),
             latency_scale=raw.get("nccl_latency_scale", 1.0))
     return NcclSystem(
-        name=cluster.name, compute_capability=cc, gpus_per_node=cluster.gpus_per_node,
+        name=cluster.name, compute_capability=cc, gpus_per_node=ppn, mnnvl=mnnvl,
         intra_fabric=fabric, nvlink_bytes_per_s=nvlink, nvlink_links=links,
         pcie_bytes_per_s=NCCL_PCIE_FRACTION * gpu.pcie_bandwidth_bytes_per_s,
         nic_bytes_per_s=(nb.nic_bytes_per_s_per_gpu * cluster.gpus_per_node / nics if nics
                          else inter.nic_bandwidth_bytes_per_s / inter.oversubscription),
-        nics_per_node=nics, cpu_vendor=cpu_vendor, collnet_enabled=collnet_enabled,
+        nics_per_node=nics * (hosts_per_node if mnnvl else 1), cpu_vendor=cpu_vendor, collnet_enabled=collnet_enabled,
         nvls_enabled=nvls_enabled, ll128_enabled=ll128_enabled, calibration=cal)
 
 

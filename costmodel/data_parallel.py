@@ -33,12 +33,14 @@ def _fp16_main_grads(fw, prec):
     return fw.dp.fp16_grad_copy & (prec == PRECISIONS.index("fp16"))
 
 
-def grad_wire_bytes(fw, prec):
+def grad_wire_bytes(fw, prec, bf16_reduce: bool = False):
     """Bytes per gradient element of the data-parallel reduction: the gradient buffer's own
     width (``GRAD_BYTES``), 16 bits for Megatron's fp16 main gradients, and DeepSpeed's
-    ``communication_data_type`` (``FrameworkCosts.dp.grad_comm_bytes``) for 16-bit training."""
+    ``communication_data_type`` (``FrameworkCosts.dp.grad_comm_bytes``) for 16-bit training.
+    ``bf16_reduce`` (TrainingSpec.grad_reduce_in_bf16): 16-bit training reduces in bf16."""
     pb, gb = PARAM_BYTES[prec], GRAD_BYTES[prec]
     wire = np.where((fw.dp.grad_comm_bytes > 0) & (pb < 4.0), fw.dp.grad_comm_bytes, gb)
+    wire = np.where(bf16_reduce & (pb < 4.0), 2.0, wire)
     return np.where(_fp16_main_grads(fw, prec), 2.0, wire)
 
 
@@ -96,10 +98,12 @@ def data_parallel_step(comm, batch, groups, fw, eff, training, sh: Sharding, psi
                        ) -> DataParallelStep:
     prec, z, d, bf16_opt = batch.precision, sh.zero, sh.dp, sh.bf16_optimizer
     pb = PARAM_BYTES[prec]
+    if training.fp8_param_gather:  # the gathered weights travel as fp8 (1 byte)
+        pb = np.where(prec == PRECISIONS.index("fp8"), 1.0, pb)
     dp_n, dp_nodes = batch.dp, groups.dp_nodes
     # bytes per gradient on the wire (FrameworkCosts.dp.grad_comm_bytes: DeepSpeed reduces 16-bit
     # gradients in the training dtype)
-    gcomm = grad_wire_bytes(fw, prec)
+    gcomm = grad_wire_bytes(fw, prec, training.grad_reduce_in_bf16)
     grad_bytes = psi_max * gcomm
     t_ar = comm.time_s("allreduce", grad_bytes, dp_n, dp_nodes)
     t_rs = comm.time_s("reducescatter", grad_bytes, dp_n, dp_nodes)

@@ -34,17 +34,32 @@ def nccl_buffer_bytes(system: coll.NcclSystem, lay: topology.LayoutTopology, tie
     (NcclSystem.communicator_buffer_bytes; Megatron-LM parallel_state.initialize_model_parallel
     and DeepSpeed's PipelineModule create these groups)."""
     gpn = system.gpus_per_node
+    mnnvl = system.mnnvl
     t, p, d = lay.tp.n_ranks, lay.pp.n_ranks, lay.dp.n_ranks
     n = t * p * d
     groups = [(min(n, gpn), -(-n // gpn))]
     for g in (lay.tp, lay.dp, lay.pp):
-        groups.append((g.ranks_per_node, g.n_nodes))
+        groups.append(nccl_nodes(g, mnnvl))
     if t > 1 and p > 1:
-        ppn = min(lay.tp.ranks_per_node * lay.pp.ranks_per_node, gpn)
+        ppn = min(nccl_nodes(lay.tp, mnnvl)[0] * nccl_nodes(lay.pp, mnnvl)[0], gpn)
         groups.append((ppn, -(-t * p // ppn)))
     if tied and p > 1:
-        groups.append((1, 2) if lay.pp.crosses_nodes else (2, 1))
+        groups.append((1, 2) if _crosses(lay.pp, mnnvl) else (2, 1))
     return sum(system.communicator_buffer_bytes(ppn, nodes) for ppn, nodes in groups)
+
+
+def nccl_nodes(g: topology.GroupPath, mnnvl: bool) -> tuple[int, int]:
+    """(ranks per NCCL node, NCCL nodes) of a group. With multi-node NVLink (an NVL72 rack)
+    NCCL fuses the ranks of one NVLink domain into one node (MNNVL, NCCL >= 2.21, on by
+    default where an IMEX domain runs: src/graph/topo.cc), so its rings, trees and NVLS run
+    over NVLink across the domain's hosts and only domain-to-domain hops use the NICs."""
+    if mnnvl:
+        return g.ranks_per_domain, g.n_domains
+    return g.ranks_per_node, g.n_nodes
+
+
+def _crosses(g: topology.GroupPath, mnnvl: bool) -> bool:
+    return g.crosses_domains if mnnvl else g.crosses_nodes
 
 
 @dataclass(frozen=True)
@@ -73,11 +88,12 @@ def resolve_groups(cluster: ClusterSpec, tp, pp, dp, tied: bool = True) -> Group
     cols = {name: np.empty(len(uniq)) for name in
             ("tp_nodes", "dp_nodes", "pp_inter", "nccl_buffers")}
     system = nccl_system(cluster)
+    mnnvl = system.mnnvl
     for j, i in enumerate(first):
         lay = topology.layout_topology(cluster, int(tp[i]), int(pp[i]), int(dp[i]))
-        cols["tp_nodes"][j] = lay.tp.n_nodes
-        cols["dp_nodes"][j] = lay.dp.n_nodes
-        cols["pp_inter"][j] = 1.0 if lay.pp.crosses_nodes else 0.0
+        cols["tp_nodes"][j] = nccl_nodes(lay.tp, mnnvl)[1]
+        cols["dp_nodes"][j] = nccl_nodes(lay.dp, mnnvl)[1]
+        cols["pp_inter"][j] = 1.0 if _crosses(lay.pp, mnnvl) else 0.0
         cols["nccl_buffers"][j] = nccl_buffer_bytes(system, lay, tied)
     inv = inv.reshape(-1)
     return Groups(cols["tp_nodes"][inv], cols["dp_nodes"][inv], cols["pp_inter"][inv],

@@ -249,9 +249,9 @@ def layer_memory_ops(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, de
     cast_out = tokens * ((a + 2 * g) * hd / t + 2.0 * h + sh.up / t)
     kerns = (Kernel("elementwise", MEMORY, kernels=6.0,
                     nbytes=fw.kernels.elementwise_traffic * (outside / sp_split + inside / t)),
-             Kernel("fp8_cast", MEMORY, nbytes=FP8_CAST_BYTES * cast_in, kernels=4.0,
+             Kernel("fp8_cast", MEMORY, nbytes=FP8_CAST_BYTES * dev.cast_scale * cast_in, kernels=4.0,
                     when=dev.fp8),
-             Kernel("fp8_cast.bwd", MEMORY, nbytes=FP8_CAST_BYTES * cast_out, kernels=4.0,
+             Kernel("fp8_cast.bwd", MEMORY, nbytes=FP8_CAST_BYTES * dev.cast_scale * cast_out, kernels=4.0,
                     when=dev.fp8))
     ops = (Op("elementwise.fwd", "elementwise", FORWARD, "elementwise"),
            Op("fp8_cast.fwd", "fp8_cast", FORWARD, "cast"),
@@ -480,7 +480,7 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
     """Build, price and combine the layer's op tables for every configuration of ``batch``
     (one representative per distinct layer shape: :func:`costmodel.model.run_phases`)."""
     rc = batch.recompute
-    dev = device_for(gpu, eff, batch.precision)
+    dev = device_for(gpu, eff, batch.precision, training.fp8_recipe)
     sh = shard_of(model, training, batch)
     fallback = softmax_falls_back(fw, model, training, batch.precision, sh.heads_local)
     tables = layer_tables(model, training, fw, dev, sh, rc, fallback)

@@ -17,7 +17,7 @@ class Scores:
     step_time_s: np.ndarray
     tokens_per_s: np.ndarray
     samples_per_s: np.ndarray
-    mfu: np.ndarray
+    mfu: np.ndarray  # model FLOPs over the bf16 dense peak (fp16 where a GPU has no bf16)
     peak_memory_bytes: np.ndarray  # what must fit: the larger of the backward and the step
     observed_memory_bytes: np.ndarray  # nvidia-smi's maximum: the step's copy on the cache
     time_breakdown_s: dict[str, np.ndarray]
@@ -27,6 +27,9 @@ class Scores:
     stage_imbalance: np.ndarray  # slowest stage / mean stage, per micro-batch
     tp_crosses_nodes: np.ndarray
     dp_comm_total_s: np.ndarray  # the whole DP reduction, exposed or not
+    # model FLOPs over the dense peak of the training precision (fp8 runs: the fp8 peak; equal
+    # to ``mfu`` for bf16 runs)
+    low_precision_utilization: np.ndarray
 
     def __len__(self) -> int:
         return int(self.step_time_s.shape[0])
@@ -53,6 +56,7 @@ class Scores:
             "tokens_per_s": float(self.tokens_per_s[i]),
             "samples_per_s": float(self.samples_per_s[i]),
             "mfu": float(self.mfu[i]),
+            "low_precision_utilization": float(self.low_precision_utilization[i]),
             "peak_memory_bytes": float(self.peak_memory_bytes[i]),
             "observed_memory_bytes": float(self.observed_memory_bytes[i]),
             "microbatches_per_step": int(self.microbatches[i]),
@@ -76,7 +80,10 @@ def stage_imbalance(plan, st, layer, num_layers: float) -> np.ndarray:
 
 
 def scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups, m,
-           peak_flops_per_s, eff, n_gpus) -> Scores:
+           peak_flops_per_s, eff, n_gpus, reference_peak_flops_per_s) -> Scores:
+    """The step's metrics; ``mfu`` over ``reference_peak_flops_per_s`` (the bf16 dense peak,
+    as NVIDIA and Meta report MFU), ``low_precision_utilization`` over the training
+    precision's own peak ``peak_flops_per_s``."""
     span, bubble = timeline.span_s, timeline.bubble_s
     step = span + dp.exposed_s + dp.embedding_sync_s + dp.optimizer_s + eff.step_overhead_s
     times = {
@@ -100,7 +107,7 @@ def scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups, 
             step_time_s=step,
             tokens_per_s=B * s / step,
             samples_per_s=B / step,
-            mfu=flops / (step * n_gpus * peak_flops_per_s),
+            mfu=flops / (step * n_gpus * reference_peak_flops_per_s),
             peak_memory_bytes=mem.peak_bytes,
             observed_memory_bytes=mem.observed_bytes,
             time_breakdown_s=times,
@@ -110,4 +117,5 @@ def scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups, 
             stage_imbalance=imbalance,
             tp_crosses_nodes=groups.tp_nodes > 1,
             dp_comm_total_s=dp.total_s,
+            low_precision_utilization=flops / (step * n_gpus * peak_flops_per_s),
         )

@@ -104,8 +104,8 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                framework: FrameworkCosts | None = None) -> Phases:
     """score()'s phases, in order, each from records to a record."""
     gpu = cluster.gpu
-    eff = efficiency or efficiency_for(gpu.compute_capability)
     fw = framework or FRAMEWORKS[training.framework]
+    eff = efficiency or efficiency_for(gpu.compute_capability, fw.kernels.attention_kernel)
     system = nccl_system(cluster)
     groups = resolve_groups(cluster, batch.tp, batch.pp, batch.dp, model.tied_embeddings)
     comm = Collectives(system, batch, groups.layout)
@@ -120,7 +120,11 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     layer = accumulate_gradients(layer, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
     plan = stage_plan(model.num_layers, batch.pp)
-    pipe = pipeline_comm(system, fw, comm, batch, groups, shard.tokens * shard.hidden * ea, v)
+    # Megatron-Core's interleaved schedule overlaps p2p with the next chunk's compute
+    # (--overlap-p2p-communication, on by default since 2023): the share overlap hides
+    p2p_exposed = np.where(training.overlap_p2p_comm & (v > 1), 1.0 - eff.overlap_hidden, 1.0)
+    pipe = pipeline_comm(system, fw, comm, batch, groups, shard.tokens * shard.hidden * ea, v,
+                         p2p_exposed)
     st = stage_times(plan, layer, pipe)
     timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v)
     steady = steady_state(st, layer, timeline.steady_s, m)
@@ -133,8 +137,9 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                       gpu.memory_bytes)
     n_gpus = shard.tp * batch.pp.astype(float) * sharded.dp
     peak = peaks_by_precision(gpu)[batch.precision]
+    ref = gpu.peak_flops_per_s.get("bf16") or gpu.peak_flops_per_s.get("fp16") or peak
     scores = metrics.scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups,
-                            m, peak, eff, n_gpus)
+                            m, peak, eff, n_gpus, ref)
     return Phases(fw, groups, shard, sharded, layer, distinct, plan, pipe, st, timeline, steady,
                   params, dp, mem, scores)
 

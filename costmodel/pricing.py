@@ -17,8 +17,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from costmodel import collectives as coll
-from costmodel.calibration import Efficiency
+from costmodel.calibration import FP8_RECIPES, Efficiency
 from costmodel.compute import ACT_BYTES, GEMM_BYTES, gemm_time_s, memory_op_time_s
+from costmodel.hardware import fp4_peak_flops
 from costmodel.specs import PRECISIONS
 
 GEMM, ATTENTION, MEMORY, COLLECTIVE, P2P = "gemm", "attention", "memory", "collective", "p2p"
@@ -38,6 +39,8 @@ class Device:
     fp8: np.ndarray
     tensor_cores: np.ndarray  # False for fp32 (CUDA cores)
     sm_count: int
+    # the fp8 recipe's cast traffic / delayed scaling's (calibration.FP8_RECIPES)
+    cast_scale: float = 1.0
 
     def memop(self, nbytes, kernels=1.0) -> np.ndarray:
         """A memory-bound pass of ``nbytes`` HBM bytes in ``kernels`` launches."""
@@ -57,19 +60,28 @@ def peaks_by_precision(gpu) -> np.ndarray:
     return np.array([gpu.peak_flops_per_s.get(pr, np.nan) for pr in PRECISIONS])
 
 
-def device_for(gpu, eff: Efficiency, precision: np.ndarray) -> Device:
+def device_for(gpu, eff: Efficiency, precision: np.ndarray, recipe: str = "delayed"
+               ) -> Device:
+    """The device as ``precision`` sees it; where that is fp8, ``recipe`` (TrainingSpec.
+    fp8_recipe) sets the linears' peak and cast traffic: NVFP4 runs them at the FP4 peak (x
+    ``eff.nvfp4_gemm_scale``) on GPUs that have one, the fp8 recipes at the fp8 peak (x
+    ``eff.fp8_gemm_scale``)."""
     peaks = peaks_by_precision(gpu)
     fp8 = precision == PRECISIONS.index("fp8")
     peak = peaks[precision]
+    fp4 = fp4_peak_flops(gpu) if recipe == "nvfp4" else None
+    low = (np.full(peak.shape, fp4 * eff.nvfp4_gemm_scale) if fp4
+           else peak * eff.fp8_gemm_scale)
     # the attention core's batched GEMMs (and the output layer) stay in 16-bit when the
     # linears run in fp8 (Transformer Engine keeps dot-product attention in bf16)
     attn_peak = peaks[np.where(fp8, PRECISIONS.index("bf16"), precision)]
     return Device(eff=eff, peak_flops_per_s=peak,
-                  gemm_peak_flops_per_s=peak * np.where(fp8, eff.fp8_gemm_scale, 1.0),
+                  gemm_peak_flops_per_s=np.where(fp8, low, peak),
                   attention_peak_flops_per_s=attn_peak,
                   memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
                   gemm_bytes=GEMM_BYTES[precision], act_bytes=ACT_BYTES[precision], fp8=fp8,
-                  tensor_cores=precision != PRECISIONS.index("fp32"), sm_count=gpu.sm_count)
+                  tensor_cores=precision != PRECISIONS.index("fp32"), sm_count=gpu.sm_count,
+                  cast_scale=FP8_RECIPES[recipe] / FP8_RECIPES["delayed"])
 
 
 class Kernel(NamedTuple):
@@ -122,9 +134,11 @@ def price(kernels: Sequence[Kernel], dev: Device, comm=None,
                 t = dev.gemm(kern.m, kern.n, kern.k)
         elif kern.kind == ATTENTION:
             if kern.backward_of is not None:
-                # FlashAttention's backward: 2.5x the forward's kernel time, one launch
+                # FlashAttention's backward: 2.5x the forward's FLOPs at the backward
+                # kernel's own efficiency, one launch
                 ko = dev.eff.kernel_overhead_s
-                t = 2.5 * (times[kern.backward_of] - ko) + ko
+                t = (2.5 * (times[kern.backward_of] - ko) * dev.eff.attention
+                     / dev.eff.attention_backward + ko)
             else:
                 t = (kern.flops / (dev.eff.attention * dev.attention_peak_flops_per_s)
                      + dev.eff.kernel_overhead_s)

@@ -92,6 +92,7 @@ INTER_FABRICS: tuple[str, ...] = ("infiniband", "roce", "ethernet", "none")
 # Training frameworks whose runtime behaviour the model distinguishes (calibration.FRAMEWORKS):
 # Megatron-LM / Megatron-Core, Megatron-DeepSpeed (DeepSpeed pipeline engine and ZeRO), FSDP.
 FRAMEWORKS: tuple[str, ...] = ("megatron", "deepspeed", "fsdp")
+FP8_RECIPE_NAMES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4")
 
 
 def _int(section: str, name: str, value: Any, *, minimum: int = 1) -> int:
@@ -430,14 +431,31 @@ class TrainingSpec:
     # Megatron-Core --tp-comm-overlap: TP all-gathers / reduce-scatters (sequence parallel
     # only) pipelined with the GEMMs next to them (Transformer Engine userbuffers)
     tp_comm_overlap: bool = False
+    # Transformer Engine / torchao recipe of fp8 linears (read where precision is fp8):
+    # delayed | tensorwise | blockwise | mxfp8 | nvfp4 (calibration.FP8_RECIPES)
+    fp8_recipe: str = "delayed"
+    # Megatron-Core's --overlap-p2p-communication: the interleaved schedule's pipeline
+    # transfers overlap the next chunk's compute (its default since 2023; Megatron-LM 2021-22
+    # and DeepSpeed block on them)
+    overlap_p2p_comm: bool = False
+    # fp8 runs all-gather their (ZeRO-3 / FSDP) parameters in fp8, 1 byte each (torchao's
+    # enable_fsdp_float8_all_gather, Megatron's --fp8-param-gather); else in 16 bits
+    fp8_param_gather: bool = False
+    # Megatron's --grad-reduce-in-bf16 (Megatron-Bridge's recipes): the data-parallel
+    # reduction of 16-bit training runs in bf16 instead of the fp32 main gradients (time only:
+    # the gradient buffer's memory is not changed by this flag in the model)
+    grad_reduce_in_bf16: bool = False
 
     def __post_init__(self) -> None:
         _set(self, "seq_length", _int("training", "seq_length", self.seq_length))
         _set(self, "global_batch_size",
              _int("training", "global_batch_size", self.global_batch_size))
-        for name in ("flash_attention", "overlap_grad_reduce", "dropout", "tp_comm_overlap"):
+        for name in ("flash_attention", "overlap_grad_reduce", "dropout", "tp_comm_overlap",
+                     "overlap_p2p_comm", "fp8_param_gather", "grad_reduce_in_bf16"):
             _set(self, name, _bool("training", name, getattr(self, name)))
         _set(self, "framework", _choice("training", "framework", self.framework, FRAMEWORKS))
+        _set(self, "fp8_recipe", _choice("training", "fp8_recipe", self.fp8_recipe,
+                                         FP8_RECIPE_NAMES))
         if self.tp_comm_overlap and self.framework != "megatron":
             raise InputError("training.tp_comm_overlap",
                              f"is a Megatron-Core feature; framework is {self.framework!r}",

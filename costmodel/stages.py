@@ -131,14 +131,17 @@ class PipelineComm:
         return add_where(out, ~edge & (pp >= 3), self.serial_s)
 
 
-def pipeline_comm(system, fw, comm, batch, groups, act_bytes, v) -> PipelineComm:
+def pipeline_comm(system, fw, comm, batch, groups, act_bytes, v, exposed=1.0
+                  ) -> PipelineComm:
     """p2p per micro-batch with Megatron's scatter/gather optimisation (Narayanan et al. 2021
-    4.1): each stage sends its TP rank's share of the b s h activation."""
+    4.1): each stage sends its TP rank's share of the b s h activation. ``exposed``: the
+    share of each transfer the stage waits for (1; less where the interleaved schedule
+    overlaps p2p with compute, TrainingSpec.overlap_p2p_comm)."""
     t = batch.tp.astype(float)
     p2p_bytes = act_bytes / np.where(batch.tp > 1, t, 1.0)  # scatter/gather optimisation
     pp_axis = Axis(batch.pp, np.where(groups.pp_crosses_nodes, 2, 1))
     p2p_one = price((Kernel("pp.p2p", P2P, nbytes=p2p_bytes, group="pp"),), None,
-                    axes={"pp": pp_axis}, system=system)["pp.p2p"]
+                    axes={"pp": pp_axis}, system=system)["pp.p2p"] * exposed
     # the receiver re-assembles the full tensor with an all-gather over the TP group
     # (Narayanan et al. 2021 4.1; DeepSpeed's partitioned pipe activations and gradients);
     # with sequence parallelism the tensor is already split along the sequence: no gather

@@ -128,7 +128,8 @@ def _pipeline_ops(ph, config) -> list[TraceOp]:
     return ops
 
 
-def _dp_collectives(ph, config, tied: bool) -> list[TraceCollective]:
+def _dp_collectives(ph, config, tied: bool, bf16_reduce: bool = False
+                    ) -> list[TraceCollective]:
     dp = ph.data_parallel
     out = []
     if config.dp > 1:
@@ -147,7 +148,7 @@ def _dp_collectives(ph, config, tied: bool) -> list[TraceCollective]:
     if tied and config.pp > 1:
         # the tied word embedding's gradient, all-reduced between the first and the last stage
         prec = np.array([PRECISIONS.index(config.precision)])
-        wire = float(grad_wire_bytes(ph.framework, prec)[0])
+        wire = float(grad_wire_bytes(ph.framework, prec, bf16_reduce)[0])
         nbytes = float(ph.shard.vocab[0] * ph.shard.hidden / ph.shard.tp[0] * wire)
         out.append(TraceCollective("embedding.sync", "allreduce", nbytes, 2,
                                    2 if bool(ph.groups.pp_crosses_nodes[0]) else 1,
@@ -173,5 +174,6 @@ def trace(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     ph = run_phases(model, cluster, training, ConfigBatch.from_configs([config]),
                     efficiency=efficiency, framework=framework)
     return Trace(config, tuple(_layer_ops(ph, config) + _pipeline_ops(ph, config)),
-                 tuple(_dp_collectives(ph, config, model.tied_embeddings)), tuple(_stages(ph)),
+                 tuple(_dp_collectives(ph, config, model.tied_embeddings,
+                                       training.grad_reduce_in_bf16)), tuple(_stages(ph)),
                  ph.scores.row(0))

@@ -62,6 +62,14 @@ class Problem:
         }
         if self.training.tp_comm_overlap:  # only when set: older fingerprints stay valid
             doc["training"]["tp_comm_overlap"] = True
+        if self.training.fp8_recipe != "delayed":  # likewise (cost model 0.5.0)
+            doc["training"]["fp8_recipe"] = self.training.fp8_recipe
+        if self.training.overlap_p2p_comm:
+            doc["training"]["overlap_p2p_comm"] = True
+        if self.training.fp8_param_gather:
+            doc["training"]["fp8_param_gather"] = True
+        if self.training.grad_reduce_in_bf16:
+            doc["training"]["grad_reduce_in_bf16"] = True
         return doc
 
     def fingerprint(self) -> str:

@@ -85,6 +85,19 @@ def mfu_against(mfu: float, peaks: Mapping[str, float] | None, precision: str,
     return mfu * own / ref
 
 
+def mfu_pair(metrics: Mapping[str, float], peaks: Mapping[str, float] | None, precision: str
+             ) -> tuple[float, float]:
+    """(MFU over the bf16 peak, utilisation of the run precision's peak) of a metrics object.
+    The cost model's ``mfu`` is over the bf16 peak with ``low_precision_utilization`` beside
+    it (cost model >= 0.5.0); a document without that field has ``mfu`` over the run
+    precision's peak, converted with :func:`mfu_against`."""
+    mfu = metrics.get("mfu", 0.0)
+    own = metrics.get("low_precision_utilization")
+    if own is not None:
+        return mfu, own
+    return mfu_against(mfu, peaks, precision), mfu
+
+
 def main_bottleneck(metrics: Mapping[str, Any]) -> str:
     """The largest term of the step time."""
     tb = metrics["time_breakdown_s"]
@@ -98,9 +111,9 @@ def ranked_terms(metrics: Mapping[str, Any]) -> list[tuple[str, float]]:
 
 
 def mfu_bf16(problem, config: ParallelConfig, metrics: Mapping[str, Any]) -> float:
-    """MFU on the bf16 (dense tensor-core) peak, whatever precision the run uses."""
-    return mfu_against(float(metrics.get("mfu", 0.0)), problem.cluster.gpu.peak_flops_per_s,
-                       config.precision)
+    """MFU on the bf16 (dense tensor-core) peak, whatever precision the run uses
+    (:func:`mfu_pair`)."""
+    return float(mfu_pair(metrics, problem.cluster.gpu.peak_flops_per_s, config.precision)[0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,8 +258,8 @@ def _recompute(c, step, tb) -> Finding | None:
 
 
 def _mfu(problem, c, metrics, ranked) -> list[Finding]:
-    mfu = float(metrics.get("mfu", 0.0))
     mfu16 = mfu_bf16(problem, c, metrics)
+    mfu = float(mfu_pair(metrics, problem.cluster.gpu.peak_flops_per_s, c.precision)[1])
     if mfu16 >= LOW_MFU:
         return []
     peaks = getattr(getattr(getattr(problem, "cluster", None), "gpu", None),

@@ -118,12 +118,11 @@ def render_front(doc: dict[str, Any], top_k: int = 0) -> str:
 def _mfu(doc: dict[str, Any], c: dict[str, Any], m: dict[str, Any]) -> str:
     """MFU against the bf16 peak, with the run precision's utilisation beside it when it
     differs (fp8: "MFU 52.0% (bf16 peak; 26.0% of the fp8 peak)")."""
-    from optimizer.output.diagnose import mfu_against
+    from optimizer.output.diagnose import mfu_pair
 
     peaks = (((doc.get("inputs") or {}).get("cluster") or {}).get("gpu") or {}).get(
         "peak_flops_per_s")
-    mfu = m["mfu"]
-    ref = mfu_against(mfu, peaks, c.get("precision", "bf16"))
+    ref, mfu = mfu_pair(m, peaks, c.get("precision", "bf16"))
     if ref == mfu:
         return f"MFU {mfu:.1%}"
     return f"MFU {ref:.1%} (bf16 peak; {mfu:.1%} of the {c['precision']} peak)"

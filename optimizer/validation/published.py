@@ -328,6 +328,29 @@ def framework_flags(group: str, parallel: Mapping[str, Any]) -> FrameworkFlags:
     return flags
 
 
+def reduces_in_bf16(group: str, par: Mapping[str, Any], flags: FrameworkFlags) -> bool:
+    """Megatron-Bridge's recipes reduce gradients in bf16, not the fp32 main gradients (data
+    README); older NeMo tables are left as they were."""
+    fw = str(par.get("framework", "")).lower()
+    return flags.framework == "megatron" and ("bridge" in group.lower() or "bridge" in fw)
+
+
+def gathers_in_fp8(group: str, par: Mapping[str, Any]) -> bool:
+    """torchtitan's Float8 runs all-gather their FSDP2 parameters in fp8: its float8 recipes
+    (llama3_405b.toml, and the docs' float8 runs) set enable_fsdp_float8_all_gather and
+    precompute_float8_dynamic_scale_for_fsdp, "recommended for tensorwise"."""
+    return group.startswith("torchtitan") and "float8" in str(par.get("precision") or
+                                                              "").lower()
+
+
+def overlaps_p2p(entry: Mapping[str, Any], flags: FrameworkFlags) -> bool:
+    """Megatron-Core's interleaved schedule overlaps p2p with compute (its default since
+    2023; the data README says so for the NVIDIA recipes): the Megatron rows of the 2026
+    file. The 2021-22 Megatron-LM of the calibrated file blocks on them."""
+    return flags.framework == "megatron" and str(entry.get("_file", "")).endswith(
+        "published_runs_2026.yaml")
+
+
 def is_nemo_table(group: str, parallel: Mapping[str, Any]) -> bool:
     """NVIDIA NeMo / Megatron-Bridge performance tables (recipes' defaults apply)."""
     g = group.lower()
@@ -693,6 +716,30 @@ def precision_of(par: Mapping[str, Any], *, nemo: bool) -> tuple[str, str]:
     return p, recipe
 
 
+# precision_norm -> TrainingSpec.fp8_recipe. The README's "fp8" is current scaling
+# (Megatron-Bridge's fp8_cs), as are MLPerf's presumed-fp8 rows and torchao's Float8
+# (tensorwise scales from the current amax); an ambiguous FP8-or-NVFP4 row takes FP8, the
+# slower reading. Without precision_norm, fp8 text is Transformer Engine's default (delayed).
+FP8_RECIPE_OF_NORM: dict[str, str] = {
+    "fp8": "tensorwise", "fp8_cs": "tensorwise", "fp8_presumed": "tensorwise",
+    "fp8_delayed": "delayed", "blockwise": "blockwise", "blockwise_fp8": "blockwise",
+    "fp8_blockwise": "blockwise", "mxfp8": "mxfp8", "nvfp4": "nvfp4",
+    "ambiguous_fp8_or_nvfp4": "tensorwise",
+}
+
+
+def fp8_recipe_of(par: Mapping[str, Any]) -> str:
+    """The fp8 recipe the entry's ``precision_norm`` names (FP8_RECIPE_OF_NORM); torchao's
+    Float8 is tensorwise; else Transformer Engine's default, delayed scaling."""
+    norm = par.get("precision_norm")
+    key = str(norm).strip().lower() if isinstance(norm, str) else ""
+    if key in FP8_RECIPE_OF_NORM:
+        return FP8_RECIPE_OF_NORM[key]
+    if "float8" in str(par.get("precision") or "").lower():
+        return "tensorwise"
+    return "delayed"
+
+
 def recipe_hint_text(hint: Any) -> str:
     """The launch-recipe fields of ``parallel.recipe_hint`` (no tag/file/preset), as text."""
     if not isinstance(hint, Mapping):
@@ -887,7 +934,11 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
     training = TrainingSpec(seq_length=seq, global_batch_size=gbs,
                             flash_attention=flags.flash_attention,
                             overlap_grad_reduce=flags.overlap_grad_reduce, dropout=flags.dropout,
-                            framework=flags.framework, tp_comm_overlap=flags.tp_comm_overlap)
+                            framework=flags.framework, tp_comm_overlap=flags.tp_comm_overlap,
+                            fp8_recipe="delayed" if vtrain else fp8_recipe_of(par),
+                            overlap_p2p_comm=overlaps_p2p(entry, flags),
+                            fp8_param_gather=gathers_in_fp8(group, par),
+                            grad_reduce_in_bf16=reduces_in_bf16(group, par, flags))
 
     step, src = measured_step_time(measured, derived, training.tokens_per_step, world,
                                    include_derived=include_derived, global_batch=gbs)
