@@ -21,17 +21,29 @@ def _dimension_cell(name: str, col: Column) -> Callable[[dict, dict], str]:
     return lambda c, m: col.format(c[name], c)
 
 
+def _config_columns(shown: Callable[[Any], bool] = lambda d: not d.column.hide_default
+                    ) -> tuple[tuple[str, Callable[[dict, dict], str]], ...]:
+    return tuple(
+        (col.header, cell) for col, cell in sorted(
+            [(d.column, _dimension_cell(d.name, d.column)) for d in PARALLEL_DIMENSIONS
+             if d.column is not None and shown(d)]
+            + [(Column("m", 45), lambda c, m: str(m["microbatches_per_step"]))],
+            key=lambda cc: cc[0].order))
+
+
 #: The front table's configuration columns, as (header, cell(config, metrics)): the dimension
 #: declarations' columns (costmodel.dimensions.Column) and, next to the micro-batch size, the
-#: microbatches per step, in column order.
-_CONFIG_COLUMNS: tuple[tuple[str, Callable[[dict, dict], str]], ...] = tuple(
-    (col.header, cell) for col, cell in sorted(
-        [(d.column, _dimension_cell(d.name, d.column)) for d in PARALLEL_DIMENSIONS
-         if d.column is not None]
-        + [(Column("m", 45), lambda c, m: str(m["microbatches_per_step"]))],
-        key=lambda cc: cc[0].order))
+#: microbatches per step, in column order. A ``hide_default`` column (cp) joins only where a
+#: front point leaves its dimension's default (:func:`_doc_columns`).
+_CONFIG_COLUMNS = _config_columns()
 FRONT_COLUMNS = ("#", *(h for h, _ in _CONFIG_COLUMNS), "tokens/s", "MFU", "step s",
                  "peak GiB", "bottleneck")
+
+
+def _doc_columns(doc: dict[str, Any]) -> tuple[tuple[str, Callable[[dict, dict], str]], ...]:
+    configs = [p["config"] for p in doc["pareto_front"]]
+    return _config_columns(lambda d: not d.column.hide_default or any(
+        c.get(d.name, d.default) != d.default for c in configs))
 
 
 def _schedule(cfg: dict[str, Any]) -> str:
@@ -46,10 +58,11 @@ def front_rows(doc: dict[str, Any]) -> list[list[str]]:
     from optimizer.output.diagnose import main_bottleneck
 
     rows = []
+    columns = _doc_columns(doc)
     for i, p in enumerate(doc["pareto_front"]):
         c, m = p["config"], p["metrics"]
         mark = "*" if i == doc["recommended"] else ""
-        rows.append([f"{i}{mark}", *(cell(c, m) for _, cell in _CONFIG_COLUMNS),
+        rows.append([f"{i}{mark}", *(cell(c, m) for _, cell in columns),
                      f"{m['tokens_per_s']:,.0f}", f"{m['mfu']:.3f}",
                      f"{m['step_time_s']:.3f}", f"{m['peak_memory_bytes'] / GIB:.1f}",
                      main_bottleneck(m)])
@@ -70,7 +83,8 @@ def render_front(doc: dict[str, Any]) -> str:
             f"sampler {st['sampler']}: {st['configs_evaluated']:,} configurations scored "
             f"({st['valid_space_size']:,} valid, {st['configs_feasible']:,} fit in memory), "
             f"Pareto front of {len(doc['pareto_front'])} in {st.get('wall_s', 0):.2f} s\n\n")
-    table = fmt_table(FRONT_COLUMNS, front_rows(doc),
+    headers = ("#", *(h for h, _ in _doc_columns(doc)), *FRONT_COLUMNS[-5:])
+    table = fmt_table(headers, front_rows(doc),
                        "Pareto front: tokens/s vs peak memory (* = recommended)")
     return head + table + "\n" + render_recommendation(doc)
 
