@@ -65,6 +65,12 @@ def front_headers(doc: dict[str, Any]) -> tuple[str, ...]:
     return ("#", *(h for h, _ in _doc_columns(doc)), *_METRIC_COLUMNS)
 
 
+def _cp_text(cfg: dict[str, Any]) -> str:
+    """`` cp=16 (p2p)`` where context parallelism is on, else nothing."""
+    cp = cfg.get("cp", 1)
+    return f" cp={cp} ({cfg.get('cp_comm_type', 'p2p')})" if cp > 1 else ""
+
+
 def _schedule(cfg: dict[str, Any]) -> str:
     return schedule_label(cfg["schedule"], cfg)
 
@@ -154,7 +160,7 @@ def render_recommendation(doc: dict[str, Any]) -> str:
     rec = doc["pareto_front"][i]
     c, m = rec["config"], rec["metrics"]
     limit = doc["inputs"]["memory_limit_bytes"]
-    lines = [f"Recommended: #{i}  tp={c['tp']} pp={c['pp']} dp={c['dp']} "
+    lines = [f"Recommended: #{i}  tp={c['tp']} pp={c['pp']}{_cp_text(c)} dp={c['dp']} "
              f"micro-batch={c['micro_batch_size']} {_schedule(c)} recompute={c['recompute']} "
              f"SP={'on' if c['sequence_parallel'] else 'off'} ZeRO={c['zero_stage']} "
              f"{c['precision']} NCCL={_nccl(c)}",
@@ -197,7 +203,8 @@ def render_evaluation(doc: dict[str, Any]) -> str:
     inp = doc["inputs"]
     step = m["step_time_s"]
     out = [f"{inp['model']['name']} on {inp['cluster']['num_gpus']} x "
-           f"{inp['cluster']['gpu']['name']}: tp={c['tp']} pp={c['pp']} dp={c['dp']} "
+           f"{inp['cluster']['gpu']['name']}: tp={c['tp']} pp={c['pp']}{_cp_text(c)} "
+           f"dp={c['dp']} "
            f"micro-batch={c['micro_batch_size']} ({m['microbatches_per_step']} per step) "
            f"{_schedule(c)} recompute={c['recompute']} SP={c['sequence_parallel']} "
            f"ZeRO={c['zero_stage']} {c['precision']} NCCL={_nccl(c)}",
