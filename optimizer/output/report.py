@@ -188,6 +188,10 @@ def render_recommendation(doc: dict[str, Any]) -> str:
                      + ", ".join(f"#{j}" for j in try_these))
     for b in rec.get("bottlenecks", []):
         lines.append(f"  note: {b}")
+    if doc.get("stats", {}).get("configs_feasible_without_cp") == 0:
+        lines.append(f"  note: no layout without context parallelism (cp = 1) fits in "
+                     f"{limit / GIB:.1f} GiB at seq {doc['inputs']['training']['seq_length']:,}:"
+                     f" this sequence needs CP")
     launch = rec.get("launch") or {}
     if launch.get("megatron_args"):
         lines.append("  Megatron-LM: " + " ".join(launch["megatron_args"]))
