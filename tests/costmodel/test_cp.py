@@ -201,3 +201,12 @@ def test_long_sequence_recommends_cp():
     rec = res.pareto_front[res.recommended_index].config
     assert rec.cp > 1
     assert res.stats["configs_feasible_without_cp"] == 0
+
+
+def test_trace_lists_cp_ops(p70b):
+    from costmodel.trace import trace
+
+    t = trace(p70b.model, p70b.cluster, p70b.training, _cfg(cp=8))
+    kv = next(o for o in t.ops if o.name == "cp.kv.fwd")
+    assert (kv.count, kv.ranks, kv.nodes) == (7.0, 8, 8)
+    assert kv.nbytes == pytest.approx(8.39e6, rel=1e-3)
