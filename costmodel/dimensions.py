@@ -310,12 +310,12 @@ def default_micro_batch_sizes(model: Any, cluster: Any, training: Any) -> list[i
 #: over a 400 Gb/s NIC) and activations fit without it
 CP_MIN_SEQUENCE = 16384
 #: the largest cp the default space offers, and the fewest tokens it leaves a CP rank
-CP_MAX_DEFAULT = 32
+CP_MAX_DEFAULT = 128
 CP_MIN_LOCAL_TOKENS = 2048
 
 
 def default_cp(model: Any, cluster: Any, training: Any) -> list[int]:
-    """1 for sequences under 16k tokens; from 16k, also powers of two up to 32 that leave
+    """1 for sequences under 16k tokens; from 16k, also powers of two up to 128 that leave
     each CP rank at least 2048 tokens, divide the GPUs and split the sequence into 2 cp
     chunks (Megatron asserts seq % (2 cp) == 0)."""
     s = training.seq_length

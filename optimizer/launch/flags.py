@@ -550,6 +550,11 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
     if config.zero_stage == 1:
         w.append("torchtitan: zero_stage 1 has no torchtitan equivalent; torchtitan_args use "
                  "plain data parallelism")
+    if config.cp > 1:
+        w.append(f"context parallelism (cp={config.cp}, {config.cp_comm_type}): the "
+                 "deepspeed_config has none (DeepSpeed-Ulysses' sequence_parallel_size is a "
+                 "different engine); torchtitan's CP rotates K/V by all-gather "
+                 "(context_parallel_rotate_method), whatever cp_comm_type says")
     if model is not None:
         if model.num_attention_heads % config.tp or model.num_kv_heads % config.tp:
             w.append(f"Megatron needs num_attention_heads ({model.num_attention_heads}) and "

@@ -170,7 +170,7 @@ def test_default_space_offers_cp_only_for_long_sequences():
     long = resolve_problem(model="llama3-70b", gpus=64, gpu="h100-sxm-80gb",
                            seq_length=131072, global_batch_size=8)
     sl = problem_space(long, None)
-    assert sl.cp == (1, 2, 4, 8, 16, 32) and "cp" in sl.fingerprint_dict()
+    assert sl.cp == (1, 2, 4, 8, 16, 32, 64) and "cp" in sl.fingerprint_dict()
 
 
 # ---- flags -----------------------------------------------------------------------------------
@@ -210,3 +210,12 @@ def test_trace_lists_cp_ops(p70b):
     kv = next(o for o in t.ops if o.name == "cp.kv.fwd")
     assert (kv.count, kv.ranks, kv.nodes) == (7.0, 8, 8)
     assert kv.nbytes == pytest.approx(8.39e6, rel=1e-3)
+
+
+def test_launch_warns_where_a_framework_has_no_such_cp(p70b):
+    from optimizer.launch.flags import launch_warnings
+
+    w = launch_warnings(_cfg(cp=8), model=p70b.model, cluster=p70b.cluster,
+                        training=p70b.training)
+    assert any("context parallelism (cp=8, p2p)" in x for x in w)
+    assert not any("context parallelism" in x for x in launch_warnings(_cfg(cp=1, dp=8)))
