@@ -458,6 +458,7 @@ class LayerCosts:
     # backward + recomputed forward), already inside forward_s / backward_s / recompute_s,
     # and the CP buffers of the layer being run (costmodel.cp)
     cp_comm_s: np.ndarray = 0.0
+    cp_recompute_s: np.ndarray = 0.0  # the recomputed forward's share of cp_comm_s
     cp_buffer_bytes: np.ndarray = 0.0
     tables: tuple[OpTable, ...] = field(default=(), compare=False)
     times: dict = field(default_factory=dict, compare=False)
@@ -594,7 +595,8 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
         grad_accum_s=kernel_s("grad_accum"),
         embedding_grad_accum_s=kernel_s("embedding.grad_accum"),
         hp_grad_s=kernel_s("hp_grad"), embedding_hp_grad_s=kernel_s("embedding.hp_grad"),
-        cp_comm_s=cp_f + cp_b + np.where(rc == 2, cp_f, cp_rc), cp_buffer_bytes=cp_buf,
+        cp_comm_s=cp_f + cp_b + np.where(rc == 2, cp_f, cp_rc),
+        cp_recompute_s=np.where(rc == 2, cp_f, cp_rc), cp_buffer_bytes=cp_buf,
         tables=tables, times=times)
 
 

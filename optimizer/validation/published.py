@@ -1067,7 +1067,10 @@ def _layer_part(scores, i: int) -> float:
     keys = ("compute", "recompute", "tp_comm")
     tb = scores.time_breakdown_s
     if all(k in tb for k in keys):
-        return float(sum(tb[k][i] for k in keys)) / float(scores.microbatches[i])
+        part = float(sum(tb[k][i] for k in keys))
+        if "cp_comm" in tb and tb["cp_comm"][i] > 0:  # the layers' CP communication
+            part += float(tb["cp_comm"][i])
+        return part / float(scores.microbatches[i])
     return float(scores.step_time_s[i]) / float(scores.microbatches[i])
 
 

@@ -219,3 +219,12 @@ def test_launch_warns_where_a_framework_has_no_such_cp(p70b):
                         training=p70b.training)
     assert any("context parallelism (cp=8, p2p)" in x for x in w)
     assert not any("context parallelism" in x for x in launch_warnings(_cfg(cp=1, dp=8)))
+
+
+def test_breakdown_reports_cp_comm(p70b):
+    ph = _phases(p70b, [_cfg(cp=1, dp=8), _cfg(cp=8), _cfg(cp=8, cp_comm_type="all_gather")])
+    tb = ph.scores.time_breakdown_s
+    assert tb["cp_comm"][0] == 0.0 and tb["cp_comm"][1] > 0 and tb["cp_comm"][2] > 0
+    total = sum(v for v in tb.values())
+    np.testing.assert_allclose(total, ph.scores.step_time_s, rtol=1e-9)
+    assert np.all(tb["compute"] > 0) and np.all(tb["recompute"] > 0)
