@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from costmodel.batch import ConfigBatch
 from costmodel.cp import cp_a2a_size, kv_chunk_bytes
@@ -228,3 +230,49 @@ def test_breakdown_reports_cp_comm(p70b):
     total = sum(v for v in tb.values())
     np.testing.assert_allclose(total, ph.scores.step_time_s, rtol=1e-9)
     assert np.all(tb["compute"] > 0) and np.all(tb["recompute"] > 0)
+
+
+# ---- property: cp = 1 scores do not see the CP path ---------------------------------------
+_SPACE = {}
+
+
+def _valid_cp_space():
+    if not _SPACE:
+        from search_spaces import Context, default_space, enumerate_valid
+
+        p = resolve_problem(model="llama3-8b", gpus=16, gpu="h100-sxm-80gb",
+                            seq_length=32768, global_batch_size=16)
+        valid = enumerate_valid(Context(p.model, p.cluster, p.training),
+                                default_space(p.model, p.cluster, p.training))
+        _SPACE.update(problem=p, valid=valid, plain=np.flatnonzero(valid.cp == 1),
+                      cp=np.flatnonzero(valid.cp > 1))
+    return _SPACE
+
+
+def test_cp_space_has_every_comm_type():
+    v = _valid_cp_space()["valid"]
+    assert set(np.unique(v.cp)) == {1, 2, 4, 8, 16}
+    assert set(np.unique(v.cp_comm_type[v.cp > 1])) == {0, 1, 2, 3}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10**9), st.integers(0, 10**9))
+def test_property_cp1_scores_equal_alone_and_beside_cp(i, j):
+    """Any valid cp = 1 configuration scores bit for bit the same alone and in a batch with a
+    cp > 1 one (the CP columns, keys and ops leave it untouched); the CP configuration's
+    breakdown sums to its step time and is finite."""
+    s = _valid_cp_space()
+    p, valid = s["problem"], s["valid"]
+    a = int(s["plain"][i % len(s["plain"])])
+    b = int(s["cp"][j % len(s["cp"])])
+    alone = score(p.model, p.cluster, p.training, valid.take(np.array([a])))
+    both = score(p.model, p.cluster, p.training, valid.take(np.array([a, b])))
+    for name in ("step_time_s", "peak_memory_bytes", "observed_memory_bytes", "mfu"):
+        assert getattr(alone, name)[0] == getattr(both, name)[0], (name, valid.config(a))
+    for k, t in alone.time_breakdown_s.items():
+        assert t[0] == both.time_breakdown_s[k][0], k
+    assert both.time_breakdown_s["cp_comm"][0] == 0.0
+    total = sum(t[1] for t in both.time_breakdown_s.values())
+    assert np.isfinite(both.step_time_s[1]), valid.config(b)
+    assert np.isclose(total, both.step_time_s[1], rtol=1e-9), valid.config(b)
+    assert all(t[1] >= -1e-12 * both.step_time_s[1] for t in both.time_breakdown_s.values())
