@@ -55,6 +55,9 @@ class Column:
     order: int
     format: Callable[[Any, Mapping[str, Any]], str] | None = None
     left: bool = False  # left-aligned (text) rather than right-aligned (numbers)
+    # shown only when some row of the table holds a value other than the dimension's default
+    # (a dimension most problems never use, such as cp, leaves their tables as they were)
+    hide_default: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,17 @@ class Dimension:
     column: Column | None = None
     parse: Callable[[Any, str], Any] | None = None
     grammar: str = ""
+    # a dimension added after studies were stored: while its space list is its default alone,
+    # it is left out of the space's fingerprints (Optuna study names, study-file hashes), so
+    # the studies of problems that never use it keep their names (see in_fingerprint)
+    new: bool = False
     name: str = ""
+
+    def in_fingerprint(self, values: Sequence[Any]) -> bool:
+        """Whether a space listing ``values`` for this dimension names it in its
+        fingerprint: always for the original dimensions, for a ``new`` one only when the
+        list is not its default alone."""
+        return not (self.new and tuple(values) == (self.default,))
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -297,6 +310,38 @@ def default_micro_batch_sizes(model: Any, cluster: Any, training: Any) -> list[i
     return [b for b in DEFAULT_MICRO_BATCH_SIZES if b <= training.global_batch_size]
 
 
+#: the shortest sequence the default space offers context parallelism for: below it the
+#: K/V ring's transfer is not hidden by attention (modern-training.md 1.4: s/cp >~ 3k tokens
+#: over a 400 Gb/s NIC) and activations fit without it
+CP_MIN_SEQUENCE = 16384
+#: the largest cp the default space offers, and the fewest tokens it leaves a CP rank
+CP_MAX_DEFAULT = 128
+CP_MIN_LOCAL_TOKENS = 2048
+
+
+def default_cp(model: Any, cluster: Any, training: Any) -> list[int]:
+    """1 for sequences under 16k tokens; from 16k, also powers of two up to 128 that leave
+    each CP rank at least 2048 tokens, divide the GPUs and split the sequence into 2 cp
+    chunks (Megatron asserts seq % (2 cp) == 0)."""
+    s = training.seq_length
+    out = [1]
+    if s < CP_MIN_SEQUENCE:
+        return out
+    c = 2
+    while c <= min(CP_MAX_DEFAULT, cluster.num_gpus) and s // c >= CP_MIN_LOCAL_TOKENS:
+        if s % (2 * c) == 0 and cluster.num_gpus % c == 0:
+            out.append(c)
+        c *= 2
+    return out
+
+
+def default_cp_comm_types(model: Any, cluster: Any, training: Any) -> tuple[str, ...]:
+    """p2p alone where the space has no cp > 1; else p2p, all_gather, a2a and a2a+p2p."""
+    if len(default_cp(model, cluster, training)) == 1:
+        return ("p2p",)
+    return ("p2p", "all_gather", "a2a", "a2a+p2p")
+
+
 def default_precision(model: Any, cluster: Any, training: Any) -> tuple[str]:
     """bf16 where the GPU has it, else fp16, tf32 or fp32. (A GPU with none of them: its
     first precision.)"""
@@ -326,13 +371,18 @@ def nccl_label(value: Any, cfg: Mapping[str, Any]) -> str:
     return f"{cfg['nccl_algo']}/{cfg['nccl_proto']}"
 
 
+def cp_comm_label(value: Any, cfg: Mapping[str, Any]) -> str:
+    return value if cfg.get("cp", 1) > 1 else "-"
+
+
 def yes_dash(value: Any, cfg: Mapping[str, Any]) -> str:
     return "y" if value else "-"
 
 
 __all__ = [
     "BOOL", "CHOICE", "DEFAULT_MICRO_BATCH_SIZES", "INT", "KINDS", "STRING", "Column",
-    "Dimension", "OptunaParam", "default_micro_batch_sizes", "default_pp", "default_precision",
+    "CP_MAX_DEFAULT", "CP_MIN_LOCAL_TOKENS", "CP_MIN_SEQUENCE", "Dimension", "OptunaParam",
+    "cp_comm_label", "default_cp", "default_cp_comm_types", "default_micro_batch_sizes", "default_pp", "default_precision",
     "default_tp", "dim", "dimensions_of", "joint_order", "joint_tokens", "layout_token",
     "nccl_label", "optuna_params", "schedule_label", "schedule_token", "searched", "yes_dash",
 ]

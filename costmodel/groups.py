@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 
 from costmodel import collectives as coll
-from costmodel import topology
+from costmodel import layout, topology
 from costmodel.batch import ConfigBatch
 from costmodel.specs import ClusterSpec
 
@@ -70,7 +70,8 @@ class Groups:
     dp_nodes: np.ndarray  # nodes the DP group spans
     pp_inter: np.ndarray  # 1.0 where pipeline neighbours sit on different nodes, else 0.0
     nccl_buffers_bytes: np.ndarray  # NCCL connection buffers of all communicators of a rank
-    layout: np.ndarray  # index of the configuration's distinct (tp, pp, dp)
+    layout: np.ndarray  # index of the configuration's distinct (tp, pp, dp, cp)
+    cp_nodes: np.ndarray | None = None  # nodes the CP group spans (None: no CP anywhere)
 
     @property
     def pp_crosses_nodes(self) -> np.ndarray:
@@ -78,15 +79,28 @@ class Groups:
 
     def take(self, index: np.ndarray) -> Groups:
         return Groups(self.tp_nodes[index], self.dp_nodes[index], self.pp_inter[index],
-                      self.nccl_buffers_bytes[index], self.layout[index])
+                      self.nccl_buffers_bytes[index], self.layout[index],
+                      None if self.cp_nodes is None else self.cp_nodes[index])
+
+    def cp_nodes_or_ones(self) -> np.ndarray:
+        return np.ones(len(self.tp_nodes)) if self.cp_nodes is None else self.cp_nodes
 
 
-def resolve_groups(cluster: ClusterSpec, tp, pp, dp, tied: bool = True) -> Groups:
-    """Group geometry per configuration, computed once per unique (tp, pp, dp)."""
+def resolve_groups(cluster: ClusterSpec, tp, pp, dp, tied: bool = True, cp=None) -> Groups:
+    """Group geometry per configuration, computed once per unique (tp, pp, dp, cp).
+
+    With context parallelism (``cp``, rank order tp-cp-ep-dp-pp) ``dp`` here is the data-
+    parallel group *with* CP (``dp * cp``: the gradient reduction's, Megatron's
+    ``_DATA_PARALLEL_GROUP_WITH_CP``): cp and dp are adjacent in the order, so that group, the
+    TP group and the PP group are those of the (tp, pp, dp * cp) layout; the CP group itself
+    (stride tp) is placed by :func:`costmodel.layout.group`."""
     key = (tp.astype(np.int64) * 1_000_003 + pp) * 1_000_003 + dp
+    if cp is not None and np.any(cp > 1):
+        _, kinv = np.unique(key, return_inverse=True)
+        key = kinv.reshape(-1).astype(np.int64) * 1_000_003 + cp
     uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
     cols = {name: np.empty(len(uniq)) for name in
-            ("tp_nodes", "dp_nodes", "pp_inter", "nccl_buffers")}
+            ("tp_nodes", "dp_nodes", "pp_inter", "nccl_buffers", "cp_nodes")}
     system = nccl_system(cluster)
     mnnvl = system.mnnvl
     for j, i in enumerate(first):
@@ -94,17 +108,27 @@ def resolve_groups(cluster: ClusterSpec, tp, pp, dp, tied: bool = True) -> Group
         cols["tp_nodes"][j] = nccl_nodes(lay.tp, mnnvl)[1]
         cols["dp_nodes"][j] = nccl_nodes(lay.dp, mnnvl)[1]
         cols["pp_inter"][j] = 1.0 if _crosses(lay.pp, mnnvl) else 0.0
+        c = 1 if cp is None else int(cp[i])
         cols["nccl_buffers"][j] = nccl_buffer_bytes(system, lay, tied)
+        cols["cp_nodes"][j] = 1.0
+        if c > 1:
+            geo = layout.group(cluster, layout.Layout(tp=int(tp[i]), cp=c, dp=int(dp[i]) // c,
+                                                      pp=int(pp[i])), ("cp",))
+            cols["cp_nodes"][j] = geo.hosts
+            # the CP communicator's connection buffers
+            cols["nccl_buffers"][j] += system.communicator_buffer_bytes(geo.ranks_per_host,
+                                                                        geo.hosts)
     inv = inv.reshape(-1)
+    cp_nodes = None if cp is None else cols["cp_nodes"][inv]
     return Groups(cols["tp_nodes"][inv], cols["dp_nodes"][inv], cols["pp_inter"][inv],
-                  cols["nccl_buffers"][inv], inv)
+                  cols["nccl_buffers"][inv], inv, cp_nodes)
 
 
 class Collectives:
     """Collective times through the NCCL model, computed once per distinct call.
 
     Every collective of a step is a function of the layout, the micro-batch size, the
-    precision, the ZeRO stage and the NCCL algorithm/protocol. Those columns form one
+    precision, the ZeRO stage, the NCCL algorithm/protocol and (with CP) the CP comm type. Those columns form one
     integer key; collectives are evaluated on one representative configuration per key and
     gathered back, so a batch of a million configurations costs a few hundred NCCL-model
     evaluations.
@@ -120,6 +144,8 @@ class Collectives:
                            (batch.zero_stage, 4), (batch.nccl_algo, 256),
                            (batch.nccl_proto, 256)):
             key = key * radix + col
+        if np.any(batch.cp > 1):  # the CP collectives' sizes depend on the comm type
+            key = key * 4 + batch.cp_comm_type
         _, self.first, self.inv = np.unique(key, return_index=True, return_inverse=True)
         self.inv = self.inv.reshape(-1)
         self.algo = batch.nccl_algo[self.first]

@@ -29,6 +29,7 @@ import numpy as np
 from costmodel.batch import ConfigBatch
 from costmodel.calibration import Efficiency
 from costmodel.compute import fused_softmax_available, layer_forward_flops, soft_max
+from costmodel.cp import cp_buffer_bytes, cp_exposed_s, cp_table
 from costmodel.groups import Collectives
 from costmodel.memory import layer_activation_bytes
 from costmodel.pricing import (
@@ -143,7 +144,9 @@ def attention_block(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, dev
     lin = [Kernel("qkv", GEMM, tokens, (a + 2 * g) * hd / t, h),
            Kernel("proj", GEMM, tokens, h, a * hd / t)]
     if training.flash_attention:
-        lf = layer_forward_flops(model, sh.seq, sh.micro_batch, t)
+        # with CP the rank's query chunks (b s / c tokens) attend to the whole causal key
+        # range, balanced over 2c chunks: 1/c of the attention FLOPs (costmodel.cp)
+        lf = layer_forward_flops(model, sh.seq, _local_samples(sh), t)
         # causal fused attention does half of the square (Dao et al. 2022); the kernels are
         # built for head dimensions in steps of 32 (FlashAttention-2: 32..256), so others run
         # padded to the next one
@@ -167,6 +170,11 @@ def attention_block(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, dev
             for k in lin]
     ops += core_ops
     return OpTable("attention", tuple(lin + core), tuple(ops))
+
+
+def _local_samples(sh: Shard):
+    """b where cp = 1 (exactly), b / c where context parallelism splits the sequence."""
+    return np.where(sh.cp_ranks > 1, sh.local_samples, sh.micro_batch)
 
 
 def _unfused_core(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, dev: Device,
@@ -446,6 +454,12 @@ class LayerCosts:
     embedding_grad_accum_s: np.ndarray  # the same over the embedding's (and the head's)
     hp_grad_s: np.ndarray  # BF16_Optimizer's fp32 gradient update, the layer's
     embedding_hp_grad_s: np.ndarray  # the same, the embedding's
+    # context parallelism: the attention communication on the critical path (forward +
+    # backward + recomputed forward), already inside forward_s / backward_s / recompute_s,
+    # and the CP buffers of the layer being run (costmodel.cp)
+    cp_comm_s: np.ndarray = 0.0
+    cp_recompute_s: np.ndarray = 0.0  # the recomputed forward's share of cp_comm_s
+    cp_buffer_bytes: np.ndarray = 0.0
     tables: tuple[OpTable, ...] = field(default=(), compare=False)
     times: dict = field(default_factory=dict, compare=False)
 
@@ -465,32 +479,95 @@ class LayerCosts:
 _COST_FIELDS = tuple(f.name for f in fields(LayerCosts) if f.name not in ("tables", "times"))
 
 
+def cp_collectives(sh: Shard, dev: Device) -> OpTable:
+    """The context-parallel attention communication (costmodel.cp): ring sends, all-gather /
+    reduce-scatter or all-to-alls per comm type, forward and backward, on the CP axes."""
+    kerns = cp_table(sh, dev.act_bytes)
+    ops = (Op("cp.kv.fwd", "cp.kv", FORWARD, "cp", sh.cp_steps - 1.0, group="cp_ring",
+              window="attn"),
+           Op("cp.kv.bwd", "cp.kv.bwd", BACKWARD, "cp", sh.cp_steps - 1.0, group="cp_ring",
+              window="attn.bwd"),
+           Op("cp.allgather.fwd", "cp.allgather", FORWARD, "cp", group="cp"),
+           Op("cp.allgather.bwd", "cp.allgather", BACKWARD, "cp", group="cp"),
+           Op("cp.reducescatter.bwd", "cp.reducescatter", BACKWARD, "cp", group="cp"),
+           Op("cp.a2a.qkv.fwd", "cp.a2a.qkv", FORWARD, "cp", group="cp"),
+           Op("cp.a2a.out.fwd", "cp.a2a.out", FORWARD, "cp", group="cp"),
+           Op("cp.a2a.out.bwd", "cp.a2a.out", BACKWARD, "cp", group="cp"),
+           Op("cp.a2a.qkv.bwd", "cp.a2a.qkv", BACKWARD, "cp", group="cp"),
+           Op("cp.h2a.qkv.fwd", "cp.h2a.qkv", FORWARD, "cp", group="cp_a2a"),
+           Op("cp.h2a.out.fwd", "cp.h2a.out", FORWARD, "cp", group="cp_a2a"),
+           Op("cp.h2a.out.bwd", "cp.h2a.out", BACKWARD, "cp", group="cp_a2a"),
+           Op("cp.h2a.qkv.bwd", "cp.h2a.qkv", BACKWARD, "cp", group="cp_a2a"),
+           Op("cp.correction", "cp.correction", FORWARD, "cp", group="cp_ring"))
+    return OpTable("cp", kerns, ops)
+
+
 def layer_tables(model: ModelSpec, training: TrainingSpec, fw, dev: Device, sh: Shard, rc,
-                 fallback) -> tuple[OpTable, OpTable, OpTable]:
-    """The dense layer's op table (attention + MLP + element-wise), its TP collectives and the
-    embedding / head table."""
+                 fallback) -> tuple[OpTable, ...]:
+    """The dense layer's op table (attention + MLP + element-wise), its TP collectives, the
+    embedding / head table and, with context parallelism, its CP communication."""
     layer = (attention_block(sh, model, training, fw, dev, fallback) + mlp_block(sh)
              + layer_memory_ops(sh, model, training, fw, dev))
-    return (layer, tp_collectives(sh, dev, rc),
-            embedding_table(sh, fw, dev, float(model.params_per_layer)))
+    out = (layer, tp_collectives(sh, dev, rc),
+           embedding_table(sh, fw, dev, float(model.params_per_layer)))
+    if np.any(np.asarray(sh.cp_ranks) > 1):
+        out += (cp_collectives(sh, dev),)
+    return out
+
+
+def _cp_axes(sh: Shard, cp_nodes) -> dict[str, Axis]:
+    """The CP group (stride tp), hierarchical CP's all-to-all group (c1 ranks inside a node)
+    and its ring (c / c1 ranks, across nodes where the CP group is)."""
+    nodes = np.ones(np.shape(sh.cp_ranks)) if cp_nodes is None else cp_nodes
+    c1 = np.asarray(sh.cp_a2a)
+    ring = np.where(sh.cp_type == 3, sh.cp_ranks // np.maximum(c1, 1), sh.cp_ranks)
+    return {"cp": Axis(sh.cp_ranks, nodes),
+            "cp_a2a": Axis(np.broadcast_to(c1, np.shape(sh.cp_ranks)),
+                           np.ones(np.shape(sh.cp_ranks))),
+            "cp_ring": Axis(ring, np.where(ring > 1, nodes, 1.0))}
+
+
+def cp_costs(times, sh: Shard, rc, fw, eff: Efficiency, act_bytes
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, backward, recomputed forward) CP time on the critical path per layer and
+    micro-batch, and the CP buffers (:mod:`costmodel.cp`)."""
+    cf, cb = cp_exposed_s(times, sh, times["attn"], times["attn.bwd"],
+                          eff.kernel_overhead_s, exposed, eff)
+    # the recomputed forward re-runs the attention's CP communication: full recompute, and
+    # selective where it checkpoints the (fused) attention core
+    again = (rc == 2) | ((rc == 1) & fw.kernels.recompute_fused_attention)
+    return cf, cb, np.where(again, cf, 0.0), cp_buffer_bytes(sh, act_bytes)
 
 
 def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, gpu, comm,
-                batch: ConfigBatch, tp_nodes: np.ndarray) -> LayerCosts:
+                batch: ConfigBatch, tp_nodes: np.ndarray, cp_nodes=None) -> LayerCosts:
     """Build, price and combine the layer's op tables for every configuration of ``batch``
     (one representative per distinct layer shape: :func:`costmodel.model.run_phases`)."""
     rc = batch.recompute
     dev = device_for(gpu, eff, batch.precision, training.fp8_recipe)
-    sh = shard_of(model, training, batch)
+    sh = shard_of(model, training, batch, comm.system.gpus_per_node)
     fallback = softmax_falls_back(fw, model, training, batch.precision, sh.heads_local)
     tables = layer_tables(model, training, fw, dev, sh, rc, fallback)
     kernels = tuple(k for table in tables for k in table.kernels)
-    times = price(kernels, dev, comm, {"tp": Axis(batch.tp, tp_nodes)})
+    cp_on = len(tables) > 3
+    axes = {"tp": Axis(batch.tp, tp_nodes)}
+    if cp_on:
+        axes.update(_cp_axes(sh, cp_nodes))
+    times = price(kernels, dev, comm, axes)
     layer = tables[0]
     layer_f = pass_time(layer, times, FORWARD)
     layer_b = pass_time(layer, times, BACKWARD)
+    zero = np.zeros(rc.shape)
+    cp_f = cp_b = cp_rc = cp_buf = zero
+    if cp_on:
+        cp_f, cp_b, cp_rc, cp_buf = cp_costs(times, sh, rc, fw, eff, dev.act_bytes)
+        on = sh.cp_ranks > 1
+        layer_f = np.where(on, layer_f + cp_f, layer_f)
+        layer_b = np.where(on, layer_b + cp_b, layer_b)
     layer_rc = np.where(rc == 2, layer_f, np.where(rc == 1, pass_time(layer, times, RECOMPUTE),
                                                    0.0))
+    if cp_on:
+        layer_rc = np.where(sh.cp_ranks > 1, layer_rc + np.where(rc == 1, cp_rc, 0.0), layer_rc)
     layer_tp, regather_window = tp_exposed_s(times, sh, rc, fw, eff, training.tp_comm_overlap)
     emb_t, head_t = embedding_and_head_s(times, sh, fw, eff, regather_window)
     gpu_layer = layer_f + layer_b + layer_rc + layer_tp
@@ -501,11 +578,11 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
     act = dict(flash_attention=training.flash_attention, dropout=training.dropout,
                act_bytes=dev.act_bytes, fp8=dev.fp8,
                softmax_fp32_saved=fallback & fw.kernels.softmax_in_fp32)
-    per_layer_act = layer_activation_bytes(model, sh.seq, sh.micro_batch, sh.tp,
+    # sequence-linear: a CP rank's b s / c tokens (CP needs fused attention: no s^2 term)
+    per_layer_act = layer_activation_bytes(model, sh.seq, _local_samples(sh), sh.tp,
                                            sh.sp, rc, core_recomputed=core_recomputed, **act)
-    full_layer_act = layer_activation_bytes(model, sh.seq, sh.micro_batch, sh.tp,
+    full_layer_act = layer_activation_bytes(model, sh.seq, _local_samples(sh), sh.tp,
                                             sh.sp, np.zeros_like(rc), **act)
-    zero = np.zeros(rc.shape)
 
     def kernel_s(name):
         return np.broadcast_to(times[name], rc.shape) if name in times else zero
@@ -518,17 +595,27 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
         grad_accum_s=kernel_s("grad_accum"),
         embedding_grad_accum_s=kernel_s("embedding.grad_accum"),
         hp_grad_s=kernel_s("hp_grad"), embedding_hp_grad_s=kernel_s("embedding.hp_grad"),
+        cp_comm_s=cp_f + cp_b + np.where(rc == 2, cp_f, cp_rc),
+        cp_recompute_s=np.where(rc == 2, cp_f, cp_rc), cp_buffer_bytes=cp_buf,
         tables=tables, times=times)
 
 
-def layer_key(batch: ConfigBatch, tp_nodes: np.ndarray) -> np.ndarray:
-    """The columns a layer's cost depends on, packed into one integer per configuration."""
+def layer_key(batch: ConfigBatch, tp_nodes: np.ndarray, cp_nodes=None) -> np.ndarray:
+    """The columns a layer's cost depends on, packed into one integer per configuration
+    (with CP, the distinct keys re-packed with cp, its comm type and the nodes it spans)."""
     key = batch.tp.astype(np.int64)
     for col, radix in ((tp_nodes.astype(np.int64), 1 << 12),
                        (batch.micro_batch_size, 1 << 16), (batch.precision, 8),
                        (batch.recompute, 4), (batch.sequence_parallel.astype(np.int64), 2),
                        (batch.nccl_algo, 256), (batch.nccl_proto, 256)):
         key = key * radix + col
+    if np.any(batch.cp > 1):
+        _, inv = np.unique(key, return_inverse=True)
+        key = inv.reshape(-1).astype(np.int64)
+        nodes = np.ones(len(key)) if cp_nodes is None else cp_nodes
+        for col, radix in ((batch.cp, 1 << 16), (batch.cp_comm_type, 4),
+                           (nodes.astype(np.int64), 1 << 16)):
+            key = key * radix + col
     return key
 
 
@@ -536,10 +623,12 @@ def price_distinct_layers(model: ModelSpec, training: TrainingSpec, eff: Efficie
                           system, batch: ConfigBatch, groups) -> tuple[LayerCosts, LayerCosts]:
     """Layer costs per configuration, computed once per distinct layer shape (the key of
     :func:`layer_key`); returns (per configuration, per distinct shape)."""
-    _, lfirst, linv = np.unique(layer_key(batch, groups.tp_nodes), return_index=True,
+    cp_nodes = groups.cp_nodes
+    _, lfirst, linv = np.unique(layer_key(batch, groups.tp_nodes, cp_nodes), return_index=True,
                                 return_inverse=True)
     sub = batch.take(lfirst)
     distinct = layer_costs(model, training, eff, fw, gpu,
                            Collectives(system, sub, groups.layout[lfirst]), sub,
-                           groups.tp_nodes[lfirst])
+                           groups.tp_nodes[lfirst],
+                           None if cp_nodes is None else cp_nodes[lfirst])
     return distinct.take(linv.reshape(-1)), distinct

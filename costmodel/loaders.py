@@ -922,8 +922,11 @@ def load_run(ref: str | Path | Mapping[str, Any], *,
     cluster = _load_cluster(data["cluster"], parallel.world_size, base, strict=False)
     if parallel.world_size != cluster.num_gpus:
         p = parallel
-        raise InputError("parallel", f"tp*pp*dp = {p.tp}*{p.pp}*{p.dp} = {p.world_size} but "
+        shape = (f"tp*pp*dp = {p.tp}*{p.pp}*{p.dp}" if p.cp == 1 else
+                 f"tp*cp*pp*dp = {p.tp}*{p.cp}*{p.pp}*{p.dp}")
+        raise InputError("parallel", f"{shape} = {p.world_size} but "
                                      f"the cluster has {cluster.num_gpus} GPUs "
                                      f"({cluster.num_nodes} x {cluster.gpus_per_node})",
-                         f"make tp*pp*dp = {cluster.num_gpus} or resize the cluster")
+                         f"make {shape.split(' = ')[0]} = {cluster.num_gpus} or resize the "
+                         "cluster")
     return Run(model=model, cluster=cluster, training=training, parallel=parallel)

@@ -86,9 +86,14 @@ def scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups, 
     precision's own peak ``peak_flops_per_s``."""
     span, bubble = timeline.span_s, timeline.bubble_s
     step = span + dp.exposed_s + dp.embedding_sync_s + dp.optimizer_s + eff.step_overhead_s
+    # context parallelism's attention communication on the critical path, taken out of the
+    # passes it sits in (0 where cp = 1: compute and recompute stay bit for bit)
+    cp_rc = m * (st.slowest_layers * layer.cp_recompute_s)
+    cp_fb = m * (st.slowest_layers * (layer.cp_comm_s - layer.cp_recompute_s))
     times = {
-        "compute": m * steady.compute_s,
-        "recompute": m * steady.recompute_s,
+        "compute": m * steady.compute_s - cp_fb,
+        "recompute": m * steady.recompute_s - cp_rc,
+        "cp_comm": cp_fb + cp_rc,
         "tp_comm": m * steady.tp_comm_s,
         "host_overhead": m * steady.host_s,
         "pp_comm": m * steady.pp_comm_s,

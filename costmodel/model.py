@@ -22,7 +22,7 @@ model) on the communication group's real geometry from :mod:`costmodel.topology`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -107,13 +107,19 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     fw = framework or FRAMEWORKS[training.framework]
     eff = efficiency or efficiency_for(gpu.compute_capability, fw.kernels.attention_kernel)
     system = nccl_system(cluster)
-    groups = resolve_groups(cluster, batch.tp, batch.pp, batch.dp, model.tied_embeddings)
+    # context parallelism: the gradient reduction and the distributed optimizer run over the
+    # data-parallel group with CP (dp x cp; Megatron's _DATA_PARALLEL_GROUP_WITH_CP), while
+    # the micro-batches per step count the data-parallel replicas alone
+    cp_on = bool(np.any(batch.cp > 1))
+    grad_batch = replace(batch, dp=batch.dp * batch.cp) if cp_on else batch
+    groups = resolve_groups(cluster, batch.tp, batch.pp, grad_batch.dp, model.tied_embeddings,
+                            batch.cp if cp_on else None)
     comm = Collectives(system, batch, groups.layout)
-    shard = shard_of(model, training, batch)
-    sharded = sharding(fw, batch.precision, batch.zero_stage, batch.dp)
+    shard = shard_of(model, training, batch, cluster.gpus_per_node)
+    sharded = sharding(fw, batch.precision, batch.zero_stage, grad_batch.dp)
     sched = batch.schedule
     v = np.where(sched == INTERLEAVED, batch.virtual_stages, 1).astype(float)
-    m = float(training.global_batch_size) / (shard.micro_batch * sharded.dp)
+    m = float(training.global_batch_size) / (shard.micro_batch * batch.dp.astype(float))
     ea = ACT_BYTES[batch.precision]
 
     layer, distinct = price_distinct_layers(model, training, eff, fw, gpu, system, batch, groups)
@@ -129,13 +135,13 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v)
     steady = steady_state(st, layer, timeline.steady_s, m)
     params = stage_params(plan, model, training, shard.vocab, shard.tp)
-    dp = data_parallel_step(comm, batch, groups, fw, eff, training, sharded, params.largest,
+    dp = data_parallel_step(comm, grad_batch, groups, fw, eff, training, sharded, params.largest,
                             plan.groups[0].layers, layer, steady, m, shard.vocab, shard.hidden,
                             model.tied_embeddings, gpu.memory_bandwidth_bytes_per_s)
     cx = memory_context(fw, eff, batch, sharded, shard, layer, plan, m, ea, params.layer)
     mem = peak_memory(plan, params, cx, sharded, m, v, sched, groups.nccl_buffers_bytes, eff,
                       gpu.memory_bytes)
-    n_gpus = shard.tp * batch.pp.astype(float) * sharded.dp
+    n_gpus = shard.tp * batch.pp.astype(float) * sharded.dp  # sharded.dp: dp x cp
     peak = peaks_by_precision(gpu)[batch.precision]
     ref = gpu.peak_flops_per_s.get("bf16") or gpu.peak_flops_per_s.get("fp16") or peak
     scores = metrics.scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups,

@@ -23,6 +23,7 @@ from costmodel.hardware import fp4_peak_flops
 from costmodel.specs import PRECISIONS
 
 GEMM, ATTENTION, MEMORY, COLLECTIVE, P2P = "gemm", "attention", "memory", "collective", "p2p"
+ALLTOALL = "alltoall"
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,9 @@ class Kernel(NamedTuple):
     attention kernel: ``flops`` executed at ``eff.attention`` of the 16-bit peak, plus one
     launch; with ``backward_of`` FlashAttention's backward, 2.5x that kernel's time, one
     launch), ``memory`` (``nbytes`` of HBM traffic in ``kernels`` launches), ``collective``
-    (``collective`` of ``nbytes`` over the axis ``group``) or ``p2p`` (``nbytes`` to the next
-    pipeline stage). ``when``: where the kernel runs (elsewhere it takes no time).
+    (``collective`` of ``nbytes`` over the axis ``group``), ``p2p`` (``nbytes`` to the next
+    rank of the axis ``group``: a pipeline stage, a context-parallel ring neighbour) or
+    ``alltoall`` (``nbytes`` per rank over the axis ``group``, ``collectives.alltoall_time_s``). ``when``: where the kernel runs (elsewhere it takes no time).
     """
 
     name: str
@@ -117,6 +119,18 @@ class Axis:
 
     ranks: np.ndarray
     nodes: np.ndarray
+
+
+def _alltoall(system, nbytes, ax: Axis) -> np.ndarray:
+    """All-to-all over an axis, once per distinct (ranks, nodes, bytes); 0 on one rank."""
+    n = np.broadcast_to(np.asarray(ax.ranks, dtype=np.int64), np.shape(ax.nodes))
+    x = np.broadcast_to(np.asarray(nbytes, dtype=float), n.shape)
+    nn = np.broadcast_to(np.asarray(ax.nodes, dtype=np.int64), n.shape)
+    out = np.zeros(n.shape)
+    live = (n > 1) & (x > 0)
+    if live.any():
+        out[live] = coll.alltoall_time_s(system, x[live], n[live], np.minimum(nn[live], n[live]))
+    return out
 
 
 def price(kernels: Sequence[Kernel], dev: Device, comm=None,
@@ -148,7 +162,10 @@ def price(kernels: Sequence[Kernel], dev: Device, comm=None,
             ax = axes[kern.group]
             t = comm.time_s(kern.collective, kern.nbytes, ax.ranks, ax.nodes)
         elif kern.kind == P2P:
-            t = coll.p2p_time_s(system, kern.nbytes, axes[kern.group].nodes > 1)
+            t = coll.p2p_time_s(system or comm.system, kern.nbytes, axes[kern.group].nodes > 1)
+        elif kern.kind == ALLTOALL:
+            ax = axes[kern.group]
+            t = _alltoall(system or comm.system, kern.nbytes, ax)
         else:  # pragma: no cover - a programming error
             raise ValueError(f"unknown kernel kind {kern.kind!r}")
         if kern.when is not True:

@@ -21,6 +21,9 @@ from costmodel.dimensions import (
     Column,
     Dimension,
     OptunaParam,
+    cp_comm_label,
+    default_cp,
+    default_cp_comm_types,
     default_micro_batch_sizes,
     default_pp,
     default_precision,
@@ -39,6 +42,10 @@ from costmodel.nccl_grammar import parse_nccl_setting
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+#: Megatron-Core --cp-comm-type values (TransformerConfig.cp_comm_type; TE's dispatcher
+#: spells the all-gather type ``all_gather``): ring of K/V sends overlapped with attention,
+#: all-gather of K/V, Ulysses all-to-all, hierarchical all-to-all inside + ring across
+CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "a2a+p2p")
 
 
 class Precision(IntEnum):
@@ -57,6 +64,15 @@ class Recompute(IntEnum):
     NONE = 0
     SELECTIVE = 1
     FULL = 2
+
+
+class CpCommType(IntEnum):
+    """Codes of ``ConfigBatch.cp_comm_type``: indexes into :data:`CP_COMM_TYPES`."""
+
+    P2P = 0
+    ALL_GATHER = 1
+    A2A = 2
+    A2A_P2P = 3
 
 
 class Schedule(IntEnum):
@@ -482,8 +498,11 @@ class ParallelConfig:
                   column=Column("tp", 10))
     pp: int = dim(INT, 1, "pipeline-parallel size", space_default=default_pp,
                   expand_rank=1, optuna=OptunaParam("layout", 0), column=Column("pp", 20))
+    cp: int = dim(INT, 1, "context-parallel size (the sequence split over cp ranks)",
+                  space_default=default_cp, expand_rank=1, optuna=OptunaParam("cp", 9),
+                  column=Column("cp", 25, hide_default=True), new=True)
     dp: int = dim(INT, 1, "data-parallel size",
-                  derived="world_size / (tp * pp); search tp and pp instead",
+                  derived="world_size / (tp * cp * pp); search tp, cp and pp instead",
                   column=Column("dp", 30))
     micro_batch_size: int = dim(INT, 1, "sequences per micro-batch",
                                 space_default=default_micro_batch_sizes, expand_rank=3,
@@ -518,6 +537,12 @@ class ParallelConfig:
     nccl_proto: str = dim(STRING, "auto", "the NCCL_PROTO setting", values=NCCL_PROTOS,
                           parse=nccl_proto_value, grammar=_nccl_grammar_text(NCCL_PROTOS),
                           expand_rank=9, optuna=OptunaParam("nccl_proto", 8))
+    cp_comm_type: str = dim(CHOICE, "p2p", "context-parallel attention communication",
+                            values=CP_COMM_TYPES, codes=CpCommType,
+                            space_default=default_cp_comm_types, expand_rank=11,
+                            optuna=OptunaParam("cp_comm_type", 10),
+                            column=Column("cp comm", 26, cp_comm_label, left=True,
+                                          hide_default=True), new=True)
 
     def __post_init__(self) -> None:
         for d in PARALLEL_DIMENSIONS:
@@ -529,7 +554,7 @@ class ParallelConfig:
 
     @property
     def world_size(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

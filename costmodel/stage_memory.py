@@ -167,8 +167,10 @@ def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCost
     keep = eff.allocator_fraction / (1.0 - eff.allocator_fraction)
     # two activations per in-flight micro-batch (calibrated: FrameworkCosts.pipeline)
     pipe_act = 2.0 * tokens * h * act_bytes if fw.pipeline.pipe_buffers else None
-    return MemoryContext(layer.activation_bytes,
-                         np.where(batch.recompute == 2, layer.full_activation_bytes, 0.0),
+    transient = np.where(batch.recompute == 2, layer.full_activation_bytes, 0.0)
+    if np.any(batch.cp > 1):  # the CP buffers of the layer being run (costmodel.cp)
+        transient = np.where(batch.cp > 1, transient + layer.cp_buffer_bytes, transient)
+    return MemoryContext(layer.activation_bytes, transient,
                          logits, pipe_act, pw, gm, ob, g_part, grad_wire_bytes(fw, prec), cache,
                          engine, step_grad, keep)
 

@@ -94,6 +94,7 @@ def _layer_ops(ph, config) -> list[TraceOp]:
     prec = PRECISIONS.index(config.precision)
     act_bytes, gemm_bytes = float(ACT_BYTES[prec]), float(GEMM_BYTES[prec])
     tp_nodes = int(ph.groups.tp_nodes[0])
+    cp_nodes = int(ph.groups.cp_nodes_or_ones()[0])
     out = []
     for table in layer.tables:
         block = "layer" if table.block.startswith("attention") else table.block
@@ -105,9 +106,12 @@ def _layer_ops(ph, config) -> list[TraceOp]:
                 continue
             nbytes, flops = _kernel_size(kern, act_bytes, gemm_bytes)
             comm = kern.kind == COLLECTIVE
+            ranks, nodes = (config.tp, tp_nodes) if comm else (1, 1)
+            if str(kern.group).startswith("cp"):  # the CP group (costmodel.cp)
+                ranks, nodes = config.cp, cp_nodes
+            repeat = 1.0 if op.repeat is None else float(np.asarray(op.repeat).reshape(-1)[0])
             out.append(TraceOp(block, op.name, op.kernel, kern.kind, op.pass_, op.category,
-                               1.0 if op.repeat is None else float(op.repeat), kern.group,
-                               config.tp if comm else 1, tp_nodes if comm else 1, nbytes,
+                               repeat, kern.group, ranks, nodes, nbytes,
                                flops, float(np.asarray(layer.times[op.kernel]).reshape(-1)[0]),
                                op.window))
     return out

@@ -136,6 +136,10 @@ def finish(problem: Problem, outcome, t0: float, *, keep_cloud: bool = False
              "configs_feasible": int(feasible.sum()),
              "valid_space_size": int(outcome.valid_space_size),
              "sampler": outcome.sampler}
+    if np.any(outcome.batch.cp > 1):
+        # with context parallelism in the space: how many layouts without it fit (0: the
+        # sequence needs CP, which the report says)
+        stats["configs_feasible_without_cp"] = int((feasible & (outcome.batch.cp == 1)).sum())
     if not feasible.any():
         raise _infeasible(problem, outcome, stats)
     idx = np.flatnonzero(feasible)

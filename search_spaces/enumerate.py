@@ -38,8 +38,8 @@ def _batch(ctx: Context, space: SearchSpace, idx: dict[str, np.ndarray]) -> Conf
     """A (possibly partial) ConfigBatch from per-dimension index arrays; columns of dimensions
     not expanded yet hold defaults and are read by no rule applied at this point."""
     cols = {d: _value_table(space, d)[ix] for d, ix in idx.items()}
-    if "tp" in cols and "pp" in cols:
-        cols["dp"] = ctx.world_size // (cols["tp"] * cols["pp"])
+    if "tp" in cols and "pp" in cols and "cp" in cols:
+        cols["dp"] = ctx.world_size // (cols["tp"] * cols["pp"] * cols["cp"])
     tables = {d.table_name: getattr(space, d.name) for d in SEARCH_DIMENSIONS if d.table_name}
     return ConfigBatch.from_columns(**tables, **cols)
 
@@ -62,7 +62,7 @@ def _prune(ctx: Context, space: SearchSpace, rules: Sequence[Rule]) -> _Result:
         idx = {d: np.repeat(a, k) for d, a in idx.items()}
         idx[dim] = np.tile(np.arange(k, dtype=np.int64), n)
         n *= k
-        have = set(idx) | ({"dp"} if {"tp", "pp"} <= set(idx) else set())
+        have = set(idx) | ({"dp"} if {"tp", "pp", "cp"} <= set(idx) else set())
         last = step == len(_STAGES) - 1
         ready = [r for r in pending if last or r.reads <= have]
         if not ready or n == 0:
@@ -85,7 +85,7 @@ def _prune(ctx: Context, space: SearchSpace, rules: Sequence[Rule]) -> _Result:
 def enumerate_valid(ctx: Context, space: SearchSpace, rules: Sequence[Rule] = ALL_RULES
                     ) -> ConfigBatch:
     """Every configuration of ``space`` that satisfies ``rules``, as one ConfigBatch in
-    cartesian-product order (deterministic). dp = world_size / (tp * pp). The batch's NCCL
+    cartesian-product order (deterministic). dp = world_size / (tp * cp * pp). The batch's NCCL
     tables are the space's ``nccl_algo`` / ``nccl_proto`` lists."""
     idx = _prune(ctx, space, rules).idx
     order = np.lexsort([idx[d] for d in reversed(DIMENSIONS)])

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from costmodel.batch import ConfigBatch
+from costmodel.cp import cp_a2a_size
 from costmodel.errors import InputError
 from costmodel.nccl_grammar import COLLECTIVES, candidate_pairs, parse_nccl_setting
 from costmodel.schedule import stage_layers
@@ -25,6 +26,7 @@ from costmodel.specs import (
     PARALLEL_DIMENSIONS,
     PRECISIONS,
     ClusterSpec,
+    CpCommType,
     ModelSpec,
     ParallelConfig,
     Precision,
@@ -102,7 +104,51 @@ def _divides(numerator: int | np.ndarray, denominator: np.ndarray) -> np.ndarray
 # --------------------------------------------------------------------------------------------
 # Structural rules (ecosystem.md section 2.1: Megatron-LM validate_args)
 def _world_size(ctx: Context, b: ConfigBatch) -> np.ndarray:
-    return b.tp * b.pp * b.dp == ctx.world_size
+    return b.tp * b.cp * b.pp * b.dp == ctx.world_size
+
+
+# --------------------------------------------------------------------------------------------
+# Context parallelism (modern-training.md 1.2, 1.5: Megatron-LM arguments.py, TE
+# attn_forward_func_with_cp)
+def _cp_splits_sequence(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # the sequence is cut into 2 cp chunks for causal load balancing (Megatron asserts
+    # seq_length % (2 cp) == 0); with sequence parallelism each CP rank's s/cp tokens are split
+    # again over tp, so s % (2 cp tp) == 0 (the safe rule; Megatron checks only 2 cp)
+    s = ctx.training.seq_length
+    cp = b.cp
+    sp = b.sequence_parallel & (b.tp > 1)
+    return (cp == 1) | _divides(s, 2 * cp * np.where(sp, b.tp, 1))
+
+
+def _cp_needs_flash_attention(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # CP runs inside Transformer Engine's fused attention (attn_forward_func_with_cp); Megatron
+    # has no unfused CP path
+    return (b.cp == 1) | ctx.training.flash_attention
+
+
+def _a2a_heads(c1: np.ndarray, ctx: Context, b: ConfigBatch) -> np.ndarray:
+    m = ctx.model
+    t = np.maximum(b.tp, 1)
+    a_l = m.num_attention_heads // t
+    g_l = np.maximum(1, m.num_kv_heads // t)
+    return _divides(a_l, c1) & _divides(g_l, c1)
+
+
+def _cp_comm_type(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # Ulysses a2a splits the local heads over the CP ranks: a_l and g_l must be multiples of
+    # cp (TE AttnFuncWithCPAndQKVOA2A); a2a+p2p needs that of its a2a group (cp_a2a_size);
+    # at cp = 1 only the default p2p is a configuration of its own
+    ct = b.cp_comm_type
+    a2a = _a2a_heads(b.cp, ctx, b)
+    hier = cp_a2a_size(ctx.cluster.gpus_per_node, ctx.model.num_attention_heads,
+                       ctx.model.num_kv_heads, b.tp, b.cp) > 1
+    return np.where(b.cp == 1, ct == CpCommType.P2P,
+                    np.where(ct == CpCommType.A2A, a2a,
+                             np.where(ct == CpCommType.A2A_P2P, hier, True)))
+
+
+def _cp_within_world(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    return _divides(ctx.world_size, b.cp)
 
 
 def _tp_divides_heads(ctx: Context, b: ConfigBatch) -> np.ndarray:
@@ -190,7 +236,8 @@ def _zero3_no_pp(ctx: Context, b: ConfigBatch) -> np.ndarray:
 
 
 def _zero_needs_dp(ctx: Context, b: ConfigBatch) -> np.ndarray:
-    return (b.zero_stage == 0) | (b.dp > 1)
+    # the distributed optimizer shards over the data-parallel group with CP (dp x cp)
+    return (b.zero_stage == 0) | (b.dp * b.cp > 1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -322,10 +369,29 @@ def _m(ctx: Context, r: Mapping[str, Any]) -> str:
 
 
 WORLD_SIZE = Rule(
-    "world_size", "tp * pp * dp must equal the number of GPUs", _world_size,
-    frozenset({"tp", "pp", "dp"}),
-    lambda c, r: f"{r['tp']} * {r['pp']} * {r['dp']} = {r['tp'] * r['pp'] * r['dp']}, "
-                 f"cluster has {c.world_size} GPUs")
+    "world_size", "tp * cp * pp * dp must equal the number of GPUs", _world_size,
+    frozenset({"tp", "cp", "pp", "dp"}),
+    lambda c, r: f"{r['tp']} * {r['cp']} * {r['pp']} * {r['dp']} = "
+                 f"{r['tp'] * r['cp'] * r['pp'] * r['dp']}, cluster has {c.world_size} GPUs")
+CP_WITHIN_WORLD = Rule(
+    "cp_within_world", "cp must divide the number of GPUs", _cp_within_world,
+    frozenset({"cp"}), lambda c, r: f"cp={r['cp']}, {c.world_size} GPUs")
+CP_SPLITS_SEQUENCE = Rule(
+    "cp_splits_sequence", "context parallelism cuts the sequence into 2 * cp chunks: "
+    "seq_length must be a multiple of 2 * cp (of 2 * cp * tp with sequence parallelism)",
+    _cp_splits_sequence, frozenset({"cp", "tp", "sequence_parallel"}),
+    lambda c, r: f"seq_length={c.training.seq_length}, cp={r['cp']}, tp={r['tp']}, "
+                 f"SP={'on' if r['sequence_parallel'] else 'off'}")
+CP_NEEDS_FLASH_ATTENTION = Rule(
+    "cp_needs_flash_attention", "context parallelism runs in Transformer Engine's fused "
+    "attention (training.flash_attention)", _cp_needs_flash_attention, frozenset({"cp"}),
+    lambda c, r: f"cp={r['cp']}, flash_attention=false")
+CP_COMM_TYPE = Rule(
+    "cp_comm_type", "cp_comm_type: a2a needs the local attention and KV heads (per tp rank) "
+    "to be multiples of cp, a2a+p2p an all-to-all group of 2 or more inside a node; at cp = 1 "
+    "only p2p", _cp_comm_type, frozenset({"cp", "cp_comm_type", "tp"}),
+    lambda c, r: f"cp={r['cp']}, cp_comm_type={r['cp_comm_type']}, tp={r['tp']}, "
+                 f"heads={c.model.num_attention_heads}, kv_heads={c.model.num_kv_heads}")
 TP_DIVIDES_HEADS = Rule(
     "tp_divides_heads", "tp must divide num_attention_heads and num_kv_heads",
     _tp_divides_heads, frozenset({"tp"}),
@@ -389,9 +455,10 @@ ZERO3_NO_PP = Rule(
     "parallelism (DeepSpeed, FSDP)", _zero3_no_pp, frozenset({"zero_stage", "pp"}),
     lambda c, r: f"zero_stage={r['zero_stage']}, pp={r['pp']}")
 ZERO_NEEDS_DP = Rule(
-    "zero_needs_dp", "ZeRO shards over the data-parallel group, so zero_stage > 0 needs dp > 1",
-    _zero_needs_dp, frozenset({"zero_stage", "dp"}),
-    lambda c, r: f"zero_stage={r['zero_stage']}, dp={r['dp']}")
+    "zero_needs_dp", "ZeRO shards over the data-parallel group (with CP: dp x cp), so "
+    "zero_stage > 0 needs dp * cp > 1",
+    _zero_needs_dp, frozenset({"zero_stage", "dp", "cp"}),
+    lambda c, r: f"zero_stage={r['zero_stage']}, dp={r['dp']}, cp={r['cp']}")
 NCCL_GATES = Rule(
     "nccl_gates", "the forced NCCL algorithm/protocol cannot run every collective this "
     "configuration uses on this cluster", _nccl_gates,
@@ -402,7 +469,8 @@ ALL_RULES: tuple[Rule, ...] = (
     WORLD_SIZE, TP_DIVIDES_HEADS, TP_DIVIDES_FFN, TP_WITHIN_NODE, PP_SPLITS_LAYERS,
     BATCH_DIVISIBLE, INTERLEAVED_NEEDS_PP, VIRTUAL_STAGES_DIVIDE_LAYERS,
     INTERLEAVED_MICROBATCHES, SP_NEEDS_TP, FP8_HARDWARE, FP8_ALIGNMENT, PRECISION_HARDWARE,
-    ZERO3_NO_PP, ZERO_NEEDS_DP, NCCL_GATES,
+    ZERO3_NO_PP, ZERO_NEEDS_DP, NCCL_GATES, CP_WITHIN_WORLD, CP_SPLITS_SEQUENCE,
+    CP_NEEDS_FLASH_ATTENTION, CP_COMM_TYPE,
 )
 RULES_BY_NAME: Mapping[str, Rule] = {r.name: r for r in ALL_RULES}
 

@@ -1,6 +1,6 @@
 """The search space as data: one tuple of candidate values per dimension.
 
-``dp`` is not a dimension: it is derived as ``world_size / (tp * pp)`` (Megatron-LM's
+``dp`` is not a dimension: it is derived as ``world_size / (tp * cp * pp)`` (Megatron-LM's
 ``validate_args``; ecosystem.md section 2.1), so a sampler never proposes an inconsistent
 data-parallel size. Optuna needs one fixed categorical choice list per parameter name for the
 whole study (``check_distribution_compatibility``; ecosystem.md section 1.5):
@@ -135,6 +135,13 @@ class _SearchSpaceMethods:
     def as_dict(self) -> dict[str, tuple[Any, ...]]:
         return {d: getattr(self, d) for d in DIMENSIONS}
 
+    def fingerprint_dict(self) -> dict[str, tuple[Any, ...]]:
+        """``as_dict`` without the ``new`` dimensions left at their default alone (what
+        stored studies hash: a dimension added later, e.g. ``cp``, does not rename the
+        studies of problems that do not search it; ``Dimension.in_fingerprint``)."""
+        return {d.name: getattr(self, d.name) for d in SEARCH_DIMENSIONS
+                if d.in_fingerprint(getattr(self, d.name))}
+
     @property
     def product_size(self) -> int:
         """Size of the cartesian product (before any validity rule)."""
@@ -233,8 +240,8 @@ def batch_from_choices(choices: Sequence[Mapping[str, Any]], world_size: int, *,
 
     Unlike ``ParallelConfig`` this does not reject inconsistent combinations: that is the
     rules' job, so the caller learns *which* rule a sampled point breaks. ``dp`` is derived as
-    ``world_size // (tp * pp)`` unless given (it is then 0 when tp*pp > world_size, and the
-    ``world_size`` rule rejects a non-dividing tp*pp). Missing dimensions take
+    ``world_size // (tp * cp * pp)`` unless given (it is then 0 when tp*cp*pp > world_size,
+    and the ``world_size`` rule rejects a non-dividing tp*cp*pp). Missing dimensions take
     ``ParallelConfig``'s defaults. With ``space``, the NCCL tables are the space's lists.
     """
     if not choices:
@@ -249,7 +256,7 @@ def batch_from_choices(choices: Sequence[Mapping[str, Any]], world_size: int, *,
             (row[key],) = _values(key, (v,))
         for d in SEARCH_DIMENSIONS:
             row.setdefault(d.name, d.default)
-        tp_pp = row["tp"] * row["pp"]
+        tp_pp = row["tp"] * row["pp"] * row["cp"]
         if "dp" in c:
             dp = c["dp"]
             if isinstance(dp, bool) or not isinstance(dp, int | np.integer) or dp < 1:

@@ -90,13 +90,13 @@ def job_shape(cluster: ClusterSpec, config: ParallelConfig) -> tuple[int, int]:
     if world == cluster.num_gpus:
         return cluster.num_nodes, per_node
     if world > cluster.num_gpus:
-        raise InputError("parallel", f"tp*pp*dp = {world} ranks exceed the cluster's "
+        raise InputError("parallel", f"tp*cp*pp*dp = {world} ranks exceed the cluster's "
                                      f"{cluster.num_gpus} GPUs",
                          "lower dp (or tp/pp) or use a larger cluster")
     if world < per_node:
         return 1, world
     if world % per_node:
-        raise InputError("parallel", f"tp*pp*dp = {world} ranks do not fill whole nodes of "
+        raise InputError("parallel", f"tp*cp*pp*dp = {world} ranks do not fill whole nodes of "
                                      f"{per_node} GPUs", "use a multiple of gpus_per_node")
     return world // per_node, per_node
 
@@ -217,6 +217,7 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     if split is not None:  # Megatron-Core: the middle stages split the rest evenly
         a += ["--decoder-first-pipeline-num-layers", str(split[0]),
               "--decoder-last-pipeline-num-layers", str(split[1])]
+    a += _megatron_context_parallel(model, cluster, config)
     if config.sequence_parallel and config.tp > 1:  # Megatron drops it with a warning at TP=1
         a.append("--sequence-parallel")
         if training.tp_comm_overlap:  # Transformer Engine userbuffers; needs SP
@@ -241,6 +242,23 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
 def _fmt(x: float) -> str:
     """A float as Megatron's argparse reads it back exactly (repr, no exponent for ints)."""
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(float(x))
+
+
+def _megatron_context_parallel(model: ModelSpec, cluster: ClusterSpec,
+                               config: ParallelConfig) -> list[str]:
+    """``--context-parallel-size`` and ``--cp-comm-type`` (one type for every layer; TE's
+    spelling ``all_gather``), and for a2a+p2p the all-to-all and ring sizes
+    (``--hierarchical-context-parallel-sizes c1 c2``, costmodel.cp.cp_a2a_size)."""
+    if config.cp <= 1:
+        return []
+    a = ["--context-parallel-size", str(config.cp), "--cp-comm-type", config.cp_comm_type]
+    if config.cp_comm_type == "a2a+p2p":
+        from costmodel.cp import cp_a2a_size
+
+        c1 = int(cp_a2a_size(cluster.gpus_per_node, model.num_attention_heads,
+                             model.num_kv_heads, config.tp, config.cp))
+        a += ["--hierarchical-context-parallel-sizes", str(c1), str(config.cp // c1)]
+    return a
 
 
 def _megatron_shape(model: ModelSpec) -> list[str]:
@@ -478,6 +496,8 @@ def torchtitan_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         "--parallelism.tensor_parallel_degree", str(config.tp),
         "--parallelism.pipeline_parallel_degree", str(config.pp),
     ]
+    if config.cp > 1:  # torchtitan shards FSDP over dp_shard x cp itself
+        a += ["--parallelism.context_parallel_degree", str(config.cp)]
     if _fsdp(config):  # ZeRO-2 keeps parameters gathered between forward and backward
         a += ["--parallelism.fsdp_reshard_after_forward",
               "never" if config.zero_stage == 2 else "always"]
@@ -758,6 +778,11 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
         w.append("tf32: TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 lets PyTorch's matmuls use TF32; "
                  "Transformer Engine's own GEMMs follow TE's choice of compute type")
     w += deepspeed_refusal(config)
+    if config.cp > 1:
+        w.append(f"context parallelism (cp={config.cp}, {config.cp_comm_type}): the "
+                 "deepspeed_config has none (DeepSpeed-Ulysses' sequence_parallel_size is a "
+                 "different engine); torchtitan's CP rotates K/V by all-gather "
+                 "(context_parallel_rotate_method), whatever cp_comm_type says")
     if model is not None:
         refusal = megatron_refusal(model)
         if refusal is not None:

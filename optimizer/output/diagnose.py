@@ -178,7 +178,8 @@ def _memory(problem, c, metrics) -> Finding | None:
 def _communication(problem, c, metrics, step, tb) -> Finding | None:
     shares = {"TP": tb.get("tp_comm", 0.0) / step,
               "PP": tb.get("pp_comm", 0.0) / step,
-              "DP": (tb.get("dp_comm_exposed", 0.0) + tb.get("embedding_sync", 0.0)) / step}
+              "DP": (tb.get("dp_comm_exposed", 0.0) + tb.get("embedding_sync", 0.0)) / step,
+              "CP": tb.get("cp_comm", 0.0) / step}
     group, share = max(shares.items(), key=lambda kv: kv[1])
     total = sum(shares.values())
     if total <= COMM_SHARE:
@@ -197,6 +198,13 @@ def _communication(problem, c, metrics, step, tb) -> Finding | None:
         if c.sequence_parallel and not tr.tp_comm_overlap and tr.framework == "megatron":
             levers.append(("tp_comm_overlap", "--tp-comm-overlap (overlaps TP collectives "
                                               "with the GEMMs)"))
+    elif group == "CP":
+        if getattr(c, "cp_comm_type", "p2p") != "p2p":
+            levers.append(("cp_p2p", "cp_comm_type p2p (the ring overlaps K/V transfers with "
+                                     "attention)"))
+        if c.cp > 1:
+            levers.append(("lower_cp", f"cp={c.cp // 2} (longer local chunks hide the ring "
+                                       "transfers) with more tensor or pipeline parallelism"))
     elif group == "PP":
         if c.pp > 1:
             levers.append(("fewer_pp", f"pp={c.pp // 2}"))

@@ -278,9 +278,9 @@ def _plan_table(doc: Mapping[str, Any]) -> str:
 
 
 def _front_table(doc: Mapping[str, Any]) -> str:
-    from optimizer.output.report import FRONT_COLUMNS, front_rows
+    from optimizer.output.report import front_headers, front_rows
 
-    head = "".join(f"<th>{_e(h)}</th>" for h in FRONT_COLUMNS)
+    head = "".join(f"<th>{_e(h)}</th>" for h in front_headers(doc))
     rec = doc["recommended"]
     body = "".join(f'<tr{" class=pick" if i == rec else ""}>'
                    + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>"

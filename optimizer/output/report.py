@@ -21,17 +21,24 @@ def _dimension_cell(name: str, col: Column) -> Callable[[dict, dict], str]:
     return lambda c, m: col.format(c[name], c)
 
 
+def _config_columns(shown: Callable[[Any], bool] = lambda d: not d.column.hide_default
+                    ) -> tuple[tuple[str, Callable[[dict, dict], str]], ...]:
+    return tuple(
+        (col.header, cell) for col, cell in sorted(
+            [(d.column, _dimension_cell(d.name, d.column)) for d in PARALLEL_DIMENSIONS
+             if d.column is not None and shown(d)]
+            + [(Column("m", 45), lambda c, m: str(m["microbatches_per_step"]))],
+            key=lambda cc: cc[0].order))
+
+
 #: The front table's configuration columns, as (header, cell(config, metrics)): the dimension
 #: declarations' columns (costmodel.dimensions.Column) and, next to the micro-batch size, the
-#: microbatches per step, in column order.
-_CONFIG_COLUMNS: tuple[tuple[str, Callable[[dict, dict], str]], ...] = tuple(
-    (col.header, cell) for col, cell in sorted(
-        [(d.column, _dimension_cell(d.name, d.column)) for d in PARALLEL_DIMENSIONS
-         if d.column is not None]
-        + [(Column("m", 45), lambda c, m: str(m["microbatches_per_step"]))],
-        key=lambda cc: cc[0].order))
-FRONT_COLUMNS = ("#", *(h for h, _ in _CONFIG_COLUMNS), "tok/s/GPU", "tok/s 80%", "tokens/s",
-                 "MFU", "step s", "peak GiB", "bottleneck")
+#: microbatches per step, in column order. A ``hide_default`` column (cp) joins only where a
+#: front point leaves its dimension's default (:func:`_doc_columns`).
+_CONFIG_COLUMNS = _config_columns()
+_METRIC_COLUMNS = ("tok/s/GPU", "tok/s 80%", "tokens/s", "MFU", "step s", "peak GiB",
+                   "bottleneck")
+FRONT_COLUMNS = ("#", *(h for h, _ in _CONFIG_COLUMNS), *_METRIC_COLUMNS)
 
 
 def _si(x: float) -> str:
@@ -44,6 +51,24 @@ def _si(x: float) -> str:
 def interval_text(m: dict[str, Any], key: str = "tokens_per_s_interval") -> str:
     iv = m.get(key)
     return f"{_si(iv[0])}-{_si(iv[1])}" if iv else "-"
+
+
+def _doc_columns(doc: dict[str, Any]) -> tuple[tuple[str, Callable[[dict, dict], str]], ...]:
+    configs = [p["config"] for p in doc["pareto_front"]]
+    return _config_columns(lambda d: not d.column.hide_default or any(
+        c.get(d.name, d.default) != d.default for c in configs))
+
+
+def front_headers(doc: dict[str, Any]) -> tuple[str, ...]:
+    """The front table's headers for ``doc`` (FRONT_COLUMNS plus any hide_default column a
+    front point uses, e.g. cp)."""
+    return ("#", *(h for h, _ in _doc_columns(doc)), *_METRIC_COLUMNS)
+
+
+def _cp_text(cfg: dict[str, Any]) -> str:
+    """`` cp=16 (p2p)`` where context parallelism is on, else nothing."""
+    cp = cfg.get("cp", 1)
+    return f" cp={cp} ({cfg.get('cp_comm_type', 'p2p')})" if cp > 1 else ""
 
 
 def _schedule(cfg: dict[str, Any]) -> str:
@@ -69,13 +94,14 @@ def front_rows(doc: dict[str, Any], top_k: int = 0) -> list[list[str]]:
     from optimizer.output.diagnose import main_bottleneck
 
     rows = []
+    columns = _doc_columns(doc)
     gpus = doc["inputs"]["cluster"]["num_gpus"]
     for i, p in enumerate(doc["pareto_front"]):
         if top_k and i >= top_k and i != doc["recommended"]:
             continue
         c, m = p["config"], p["metrics"]
         mark = "*" if i == doc["recommended"] else ""
-        rows.append([f"{i}{mark}", *(cell(c, m) for _, cell in _CONFIG_COLUMNS),
+        rows.append([f"{i}{mark}", *(cell(c, m) for _, cell in columns),
                      f"{m['tokens_per_s'] / gpus:,.0f}", interval_text(m),
                      f"{m['tokens_per_s']:,.0f}",
                      f"{m['mfu']:.3f}",
@@ -110,7 +136,7 @@ def render_front(doc: dict[str, Any], top_k: int = 0) -> str:
             + defaults_line(inp) + "\n")
     n = len(doc["pareto_front"])
     shown = (f", the {top_k} fastest of {n} shown (--top-k)" if top_k and top_k < n else "")
-    table = fmt_table(FRONT_COLUMNS, front_rows(doc, top_k),
+    table = fmt_table(front_headers(doc), front_rows(doc, top_k),
                        f"Pareto front: tokens/s vs peak memory (* = recommended{shown})")
     return head + table + "\n" + render_recommendation(doc)
 
@@ -133,7 +159,7 @@ def render_recommendation(doc: dict[str, Any]) -> str:
     rec = doc["pareto_front"][i]
     c, m = rec["config"], rec["metrics"]
     limit = doc["inputs"]["memory_limit_bytes"]
-    lines = [f"Recommended: #{i}  tp={c['tp']} pp={c['pp']} dp={c['dp']} "
+    lines = [f"Recommended: #{i}  tp={c['tp']} pp={c['pp']}{_cp_text(c)} dp={c['dp']} "
              f"micro-batch={c['micro_batch_size']} {_schedule(c)} recompute={c['recompute']} "
              f"SP={'on' if c['sequence_parallel'] else 'off'} ZeRO={c['zero_stage']} "
              f"{c['precision']} NCCL={_nccl(c)}",
@@ -161,6 +187,10 @@ def render_recommendation(doc: dict[str, Any]) -> str:
                      + ", ".join(f"#{j}" for j in try_these))
     for b in rec.get("bottlenecks", []):
         lines.append(f"  note: {b}")
+    if doc.get("stats", {}).get("configs_feasible_without_cp") == 0:
+        lines.append(f"  note: no layout without context parallelism (cp = 1) fits in "
+                     f"{limit / GIB:.1f} GiB at seq {doc['inputs']['training']['seq_length']:,}:"
+                     f" this sequence needs CP")
     launch = rec.get("launch") or {}
     if launch.get("megatron_args"):
         lines.append("  Megatron-LM: " + " ".join(launch["megatron_args"]))
@@ -176,7 +206,8 @@ def render_evaluation(doc: dict[str, Any]) -> str:
     inp = doc["inputs"]
     step = m["step_time_s"]
     out = [f"{inp['model']['name']} on {inp['cluster']['num_gpus']} x "
-           f"{inp['cluster']['gpu']['name']}: tp={c['tp']} pp={c['pp']} dp={c['dp']} "
+           f"{inp['cluster']['gpu']['name']}: tp={c['tp']} pp={c['pp']}{_cp_text(c)} "
+           f"dp={c['dp']} "
            f"micro-batch={c['micro_batch_size']} ({m['microbatches_per_step']} per step) "
            f"{_schedule(c)} recompute={c['recompute']} SP={c['sequence_parallel']} "
            f"ZeRO={c['zero_stage']} {c['precision']} NCCL={_nccl(c)}",

@@ -186,8 +186,16 @@ class Encoding:
         return diff.sum(axis=0), dist.sum(axis=0), diff.argmax(axis=0)
 
     def description(self) -> dict[str, list]:
-        """The global choice lists (recorded in the study, compared on resume)."""
-        return {p: list(self.tokens[p]) for p in PARAM_ORDER}
+        """The global choice lists (recorded in the study, compared on resume). A ``new``
+        dimension's parameter whose only choice is its default is left out
+        (``Dimension.in_fingerprint``), so adding ``cp`` renames no existing study."""
+        return {p: list(self.tokens[p]) for p in PARAM_ORDER
+                if _in_fingerprint(p, self.tokens[p])}
+
+
+def _in_fingerprint(param: str, tokens: Sequence[Any]) -> bool:
+    members = next(m for p, m in PARAMS if p.name == param)
+    return not (len(members) == 1 and not members[0].in_fingerprint(tokens))
 
 
 def param_name(param: str, choices: Sequence[Any], all_choices: Sequence[Any]) -> str:

@@ -58,11 +58,11 @@ Mapping (``../shared/validation/README.md``, followed exactly)
   CUDA graphs (``Run.recipe``).
 - Skipped, each with a reason (``--verbose`` lists them; ``skip_counts`` counts them per
   class and file): hybrid Mamba models; mixture-of-experts models (a ``model.moe`` block,
-  more than one expert, ep > 1, or a Mixtral / MoE name; issue 22); cp > 1, partial
+  more than one expert, ep > 1, or a Mixtral / MoE name; issue 22); partial
   recompute, activation offload, uneven pipeline layouts or interleaving (pp x vpp not
   dividing the layers) and ZeRO-3/FSDP with pp > 1 (issue 21); ``layout_complete: false``;
   incomplete layout or model shape, heads (or KV heads) not divisible by tp, GPU count !=
-  tp*pp*dp, global batch not a multiple of micro_batch x dp, unknown GPU, no measured step
+  tp*cp*pp*dp, global batch not a multiple of micro_batch x dp, unknown GPU, no measured step
   time/memory, NCCL bus-bandwidth entries (they go to the NCCL section), Korthikanti Table 4
   per-layer entries (own section).
 - One measurement quoted twice counts once (:func:`drop_requotes`): an entry with the same
@@ -783,6 +783,19 @@ def recompute_of(par: Mapping[str, Any], model: Mapping[str, Any], *, nemo: bool
     return parse_recompute(text)
 
 
+def cp_comm_type_of(group: str, par: Mapping[str, Any]) -> str:
+    """The CP communication of an entry: ``cp_comm_type`` (or the recipe hint's) where it is
+    given; torchtitan's default rotate method all-gathers the K/V shards (TT-0.2.2
+    ``context_parallel_rotate_method = "allgather"``); Megatron-Core's default is p2p."""
+    hint = par.get("recipe_hint") if isinstance(par.get("recipe_hint"), Mapping) else {}
+    given = str(par.get("cp_comm_type") or hint.get("cp_comm_type") or "").strip().lower()
+    given = {"allgather": "all_gather"}.get(given, given)
+    if given in ("p2p", "all_gather", "a2a", "a2a+p2p"):
+        return given
+    fw = f"{group} {par.get('framework', '')}".lower()
+    return "all_gather" if "torchtitan" in fw else "p2p"
+
+
 def zero_of(par: Mapping[str, Any], *, nemo: bool) -> int:
     """README: ``zero_stage`` (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2); an ``fsdp`` column
     > 0 in an NVIDIA table is Megatron-FSDP (3); NVIDIA tables otherwise use the distributed
@@ -808,9 +821,6 @@ def not_modelled(entry: Mapping[str, Any], model: Mapping[str, Any],
         moe = f"model.moe: {model['moe'].get('num_experts', '?')} experts"
     if moe:
         out.append(f"{SKIP_MOE} ({moe})")
-    cp = _as_int(par.get("cp"))
-    if cp is not None and cp > 1:
-        out.append(f"{SKIP_CP} (cp={cp})")
     hint = par.get("recipe_hint") if isinstance(par.get("recipe_hint"), Mapping) else {}
     if any("offload" in str(k).lower() for k in hint) or "offload" in str(par.get("recompute",
                                                                                    "")).lower():
@@ -887,10 +897,11 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
     _layout_check(spec, tp)
     if gbs % (mbs * dp):
         raise SkipEntry(f"global_batch {gbs} not a multiple of micro_batch {mbs} x dp {dp}")
-    world = tp * pp * dp
+    cp = _as_int(par.get("cp")) or 1  # dp excludes cp: world = tp * cp * pp * dp
+    world = tp * cp * pp * dp
     n_gpus = _as_int(hardware.get("num_gpus"))
     if n_gpus is not None and n_gpus != world:
-        raise SkipEntry(f"num_gpus {n_gpus} != tp*pp*dp = {world}")
+        raise SkipEntry(f"num_gpus {n_gpus} != tp*cp*pp*dp = {world}")
 
     # hardware
     if vtrain:
@@ -921,7 +932,8 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
     if sp is None:
         sp = nemo and tp > 1
     try:
-        pc = ParallelConfig(tp=tp, pp=pp, dp=dp, micro_batch_size=mbs, precision=precision,
+        pc = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm_type=cp_comm_type_of(group, par),
+                            micro_batch_size=mbs, precision=precision,
                             recompute=recompute, sequence_parallel=bool(sp) and tp > 1,
                             zero_stage=zero,
                             schedule="interleaved" if vpp > 1 else "1f1b",
@@ -1106,7 +1118,10 @@ def _layer_part(scores, i: int) -> float:
     keys = ("compute", "recompute", "tp_comm")
     tb = scores.time_breakdown_s
     if all(k in tb for k in keys):
-        return float(sum(tb[k][i] for k in keys)) / float(scores.microbatches[i])
+        part = float(sum(tb[k][i] for k in keys))
+        if "cp_comm" in tb and tb["cp_comm"][i] > 0:  # the layers' CP communication
+            part += float(tb["cp_comm"][i])
+        return part / float(scores.microbatches[i])
     return float(scores.step_time_s[i]) / float(scores.microbatches[i])
 
 

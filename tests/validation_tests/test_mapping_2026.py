@@ -147,7 +147,6 @@ def test_mlperf_row():
 
 
 @pytest.mark.parametrize("change,reason", [
-    ({"parallel": {"cp": 2, "dp": 2}}, "cp > 1: context parallelism not modelled yet (issue 21)"),
     ({"model": {"moe": {"num_experts": 64, "top_k": 8}}}, "MoE (issue 22)"),
     ({"model": {"mamba": {"num_heads": 64}}}, "mamba"),
     ({"layout_complete": False, "layout_missing": ["model_dims"]},
@@ -161,13 +160,26 @@ def test_skips_name_what_is_missing(change, reason):
 
 
 def test_skip_categories():
-    col = v.collect_runs([_with(BRIDGE_ROW, parallel={"cp": 2, "dp": 2}),
+    col = v.collect_runs([_with(BRIDGE_ROW, parallel={"vpp": 3}),
                           _with(BRIDGE_ROW, model={"moe": {"num_experts": 8}}),
                           BRIDGE_ROW])
     assert [r.id for r in col.runs] == ["bridge_gb200_70b"]
-    assert [x["category"] for x in col.skipped] == ["cp > 1 (issue 21)", "MoE (issue 22)"]
-    assert v.skip_counts(col.skipped) == {v.PUBLISHED_2026_FILE: {"cp > 1 (issue 21)": 1,
-                                                                  "MoE (issue 22)": 1}}
+    assert [x["category"] for x in col.skipped] == ["uneven interleaved split (issue 21)",
+                                                    "MoE (issue 22)"]
+    assert v.skip_counts(col.skipped) == {v.PUBLISHED_2026_FILE: {
+        "uneven interleaved split (issue 21)": 1, "MoE (issue 22)": 1}}
+
+
+def test_cp_rows_are_mapped():
+    """cp > 1 is scored (issue 21): dp excludes cp (world = tp cp pp dp); the comm type is
+    the entry's, else Megatron's p2p, torchtitan's all-gather."""
+    run = v.map_entry(_with(BRIDGE_ROW, parallel={"cp": 2, "dp": 2}))
+    assert (run.parallel.cp, run.parallel.dp, run.parallel.cp_comm_type) == (2, 2, "p2p")
+    a2a = v.map_entry(_with(BRIDGE_ROW, parallel={"cp": 2, "dp": 2, "cp_comm_type": "a2a"}))
+    assert a2a.parallel.cp_comm_type == "a2a"
+    assert v.cp_comm_type_of("torchtitan_cp_h100_2412", {}) == "all_gather"
+    with pytest.raises(v.SkipEntry, match="tp\\*cp\\*pp\\*dp"):
+        v.map_entry(_with(BRIDGE_ROW, parallel={"cp": 2}))
 
 
 @pytest.mark.parametrize("text,key", [
@@ -241,7 +253,7 @@ def test_no_run_is_skipped_for_its_gpu(result):
     assert bad == []
 
 
-ALLOWED_2026_SKIPS = {"MoE (issue 22)", "mamba", "cp > 1 (issue 21)",
+ALLOWED_2026_SKIPS = {"MoE (issue 22)", "mamba",
                       "uneven interleaved split (issue 21)",
                       "incomplete layout (layout_complete: false)",
                       "incomplete layout or model", "no measured step time, memory or OOM"}

@@ -369,7 +369,7 @@ def test_mixture_of_experts_detection(model, parallel, moe):
     (MCORE_H100, "micro_batch missing"),
     (NCCL_A100, "NCCL"),
     ({**KORTHIKANTI_175B_SEL, "parallel": {**KORTHIKANTI_175B_SEL["parallel"], "cp": 2}},
-     "cp=2"),
+     "tp*cp*pp*dp = 128"),
     ({**KORTHIKANTI_175B_SEL, "parallel": {**KORTHIKANTI_175B_SEL["parallel"], "tp": 5,
                                            "dp": 1, "pp": 8}}, "not divisible by tp"),
     ({**BLOOM_000, "model": {**BLOOM_000["model"], "heads": None}}, "heads missing"),
