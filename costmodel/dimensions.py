@@ -98,6 +98,9 @@ class Dimension:
     expand_rank: int = 100
     optuna: OptunaParam | None = None
     column: Column | None = None
+    # False: a study searching this dimension at its default alone keeps the fingerprint it
+    # had before the dimension existed (a dimension added after studies were stored)
+    fingerprint_default: bool = True
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -315,6 +318,10 @@ def schedule_label(value: Any, cfg: Mapping[str, Any]) -> str:
     return cfg["schedule"]
 
 
+def stage_plan_label(value: Any, cfg: Mapping[str, Any]) -> str:
+    return "-" if value == "default" else str(value)
+
+
 def nccl_label(value: Any, cfg: Mapping[str, Any]) -> str:
     if cfg["nccl_algo"] == "auto" and cfg["nccl_proto"] == "auto":
         return "auto"
@@ -329,5 +336,6 @@ __all__ = [
     "BOOL", "CHOICE", "DEFAULT_MICRO_BATCH_SIZES", "INT", "KINDS", "STRING", "Column",
     "Dimension", "OptunaParam", "default_micro_batch_sizes", "default_pp", "default_precision",
     "default_tp", "dim", "dimensions_of", "joint_order", "joint_tokens", "layout_token",
-    "nccl_label", "optuna_params", "schedule_label", "schedule_token", "searched", "yes_dash",
+    "nccl_label", "optuna_params", "schedule_label", "schedule_token", "searched",
+    "stage_plan_label", "yes_dash",
 ]

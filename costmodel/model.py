@@ -51,9 +51,15 @@ from costmodel.layers import (  # noqa: F401  (re-exported)
 )
 from costmodel.metrics import Scores
 from costmodel.pricing import peaks_by_precision
-from costmodel.schedule import INTERLEAVED, Timeline, pipeline_timeline
+from costmodel.schedule import (
+    INTERLEAVED,
+    Timeline,
+    head_share,
+    pipeline_timeline,
+    zero_bubble_ratio,
+)
 from costmodel.shard import Shard, shard_of
-from costmodel.specs import ClusterSpec, ModelSpec, TrainingSpec
+from costmodel.specs import ClusterSpec, ModelSpec, StagePlanCode, TrainingSpec
 from costmodel.stage_memory import (  # noqa: F401  (re-exported)
     FP8_WEIGHT_CACHE_BYTES,
     MemoryResult,
@@ -119,10 +125,11 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     layer, distinct = price_distinct_layers(model, training, eff, fw, gpu, system, batch, groups)
     layer = accumulate_gradients(layer, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
-    plan = stage_plan(model.num_layers, batch.pp)
+    plan = stage_plan(model.num_layers, batch.pp, batch.stage_plan == StagePlanCode.BALANCED,
+                      head_share(model, training.seq_length))
     pipe = pipeline_comm(system, fw, comm, batch, groups, shard.tokens * shard.hidden * ea, v)
     st = stage_times(plan, layer, pipe)
-    timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v)
+    timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v, zb_ratio(layer))
     steady = steady_state(st, layer, timeline.steady_s, m)
     params = stage_params(plan, model, training, shard.vocab, shard.tp)
     dp = data_parallel_step(comm, batch, groups, fw, eff, training, sharded, params.largest,
@@ -137,6 +144,14 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                             m, peak, eff, n_gpus)
     return Phases(fw, groups, shard, sharded, layer, distinct, plan, pipe, st, timeline, steady,
                   params, dp, mem, scores)
+
+
+def zb_ratio(layer: LayerCosts) -> np.ndarray:
+    """ZB-H1's bubble over 1F1B's from a layer's passes: T_F the forward, T_B the input
+    gradient (half the backward's GEMMs, Qi et al. 2023 take T_B = T_W) with the recomputed
+    forward that precedes it, T_W the weight gradient (the other half)."""
+    half = 0.5 * layer.backward_s
+    return zero_bubble_ratio(layer.forward_s, half + layer.recompute_s, half)
 
 
 def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch: ConfigBatch,

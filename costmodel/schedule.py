@@ -6,6 +6,11 @@ Sources:
   (p - 1)/(m + p - 1).
 - Interleaved 1F1B with v chunks per rank (Narayanan et al. 2021, arXiv:2104.04473 section
   2.2.2): the bubble shrinks to (p - 1)(t_f + t_b)/v.
+- ZB-H1, zero bubble (Qi et al. 2023, arXiv:2401.10241, section 3 and Table 1): the backward
+  splits into B (input gradient) and W (weight gradient); W of the warm-up's last micro-batches
+  fills the drain, so the bubble is (p - 1)(T_F + T_B - T_W) instead of 1F1B's
+  (p - 1)(T_F + T_B + T_W), with 1F1B's peak activation memory (p micro-batches on the first
+  stage). The fill-and-drain part of the flow-shop span is scaled by that ratio.
 - Unequal stages, flow-shop approximation (cost-model.md 7.3): the span is
   sum_i T_i + (m - 1) max_i T_i, so the slowest stage sets the steady state.
 """
@@ -19,6 +24,16 @@ import numpy as np
 from costmodel.specs import Schedule
 
 GPIPE, ONE_F_ONE_B, INTERLEAVED = Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED
+ZB_H1 = Schedule.ZB_H1
+
+
+def zero_bubble_ratio(t_f, t_b, t_w) -> np.ndarray:
+    """ZB-H1's bubble over 1F1B's: (T_F + T_B - T_W) / (T_F + T_B + T_W) (Qi et al. 2023,
+    Table 1; 1/3 at T_F = T_B = T_W, the ZB README's "ZB1P: B/3"). Never below 0."""
+    t_f, t_b, t_w = (np.asarray(x, dtype=float) for x in (t_f, t_b, t_w))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (t_f + t_b - t_w) / (t_f + t_b + t_w)
+    return np.where(np.isfinite(r), np.clip(r, 0.0, 1.0), 1.0)
 
 
 def bubble_share(pp, m, virtual_stages=1) -> np.ndarray:
@@ -60,11 +75,13 @@ def pipeline_span_s(first_s, middle_s, last_s, pp, m, schedule, virtual_stages) 
     return pipeline_timeline(slowest, total, m, schedule, virtual_stages)
 
 
-def pipeline_timeline(slowest_s, total_s, m, schedule, virtual_stages) -> Timeline:
+def pipeline_timeline(slowest_s, total_s, m, schedule, virtual_stages,
+                      zb_ratio=None) -> Timeline:
     """Span of the pipeline from the stages' micro-batch times reduced over the stage plan:
     ``slowest_s`` the slowest stage's, ``total_s`` the sum over all stages (one micro-batch
     through the whole pipeline). Returns (span, steady, bubble) with steady = m * slowest
-    stage and bubble = span - steady."""
+    stage and bubble = span - steady. ``zb_ratio``: ZB-H1's bubble over 1F1B's
+    (:func:`zero_bubble_ratio`), for the ``zb-h1`` rows."""
     m = np.asarray(m, dtype=float)
     v = np.asarray(virtual_stages, dtype=float)
     # an unrunnable configuration (an infinite stage time) gives an infinite span; the
@@ -73,6 +90,9 @@ def pipeline_timeline(slowest_s, total_s, m, schedule, virtual_stages) -> Timeli
         fill_drain = total_s - slowest_s  # the other stages' share of one micro-batch
     inter = np.asarray(schedule) == INTERLEAVED
     span = m * slowest_s + np.where(inter, fill_drain / v, fill_drain)
+    if zb_ratio is not None:
+        zb = np.asarray(schedule) == ZB_H1
+        span = np.where(zb, m * slowest_s + zb_ratio * fill_drain, span)
     steady = m * slowest_s
     return Timeline(span, steady, span - steady)
 
@@ -106,3 +126,50 @@ def stage_layers(num_layers, pp) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     last = np.where(uneven, last, c)
     middle = np.broadcast_to(c, first.shape).astype(float)
     return first, middle, last, ok | (p == 1)
+
+
+def head_share(model, seq_length: int) -> float:
+    """The LM head's forward FLOPs per token in layers' worth (cost-model.md 7.4):
+    2 h V / (2 P_matmul + 4 s a d_h), P_matmul the layer's GEMM parameters (causal attention
+    counted whole, as 7.4 does; the loss's softmax is left out)."""
+    h, V = float(model.hidden_size), float(model.vocab_size)
+    matmul = float(model.attention_params + model.mlp_params)
+    attn = 4.0 * seq_length * model.num_attention_heads * model.head_dim
+    return 2.0 * h * V / (2.0 * matmul + attn)
+
+
+def balanced_layers(num_layers, pp, head: float, embedding: float = 0.0):
+    """The split Megatron-Core can express with ``--decoder-first-pipeline-num-layers`` /
+    ``--decoder-last-pipeline-num-layers`` (middle stages equal, every stage at least one
+    layer) that minimises the slowest stage once the embedding and the LM head + loss are
+    counted as ``embedding`` and ``head`` layers' worth of work: the remedy of moving the
+    head's share off the last stage (cost-model.md 7.4; Llama 3 405B's one layer fewer on the
+    first and last stage, Dubey et al. 2024, 3.3.2). Ties keep :func:`stage_layers`'s split.
+
+    Returns (first, middle, last, differs): ``differs`` where the split is not the default."""
+    L = float(num_layers)
+    d_first, d_mid, d_last, ok = stage_layers(L, pp)
+    p = np.maximum(np.asarray(pp, dtype=float), 1.0)
+    has_mid = p >= 3
+
+    def cost(f, c, la):
+        return np.maximum(np.maximum(f + embedding, la + head), np.where(has_mid, c, 0.0))
+
+    best_f, best_c, best_l = d_first, d_mid, d_last
+    best = np.where(ok & (p >= 2), cost(d_first, d_mid, d_last), np.inf)
+    c0 = np.ceil(L / p - 1e-9)
+    for dc in (-2.0, -1.0, 0.0, 1.0):
+        c = np.where(has_mid, c0 + dc, 0.0)
+        rest = L - np.maximum(p - 2.0, 0.0) * c
+        for k in range(-3, 4):
+            f = np.floor(rest / 2.0) + k
+            la = rest - f
+            fine = (p >= 2) & (f >= 1) & (la >= 1) & (~has_mid | (c >= 1))
+            t = np.where(fine, cost(f, c, la), np.inf)
+            better = t < best - 1e-9
+            best = np.where(better, t, best)
+            best_f = np.where(better, f, best_f)
+            best_c = np.where(better, c, best_c)
+            best_l = np.where(better, la, best_l)
+    differs = (best_f != d_first) | (best_l != d_last) | ((best_c != d_mid) & has_mid)
+    return best_f, np.broadcast_to(best_c, best_f.shape).astype(float), best_l, differs

@@ -19,7 +19,7 @@ import numpy as np
 
 from costmodel.layers import LayerCosts
 from costmodel.pricing import P2P, Axis, Kernel, price
-from costmodel.schedule import stage_layers
+from costmodel.schedule import balanced_layers, stage_layers
 
 
 @dataclass(frozen=True)
@@ -60,10 +60,19 @@ class StagePlan:
         return out
 
 
-def stage_plan(num_layers: int, pp: np.ndarray) -> StagePlan:
+def stage_plan(num_layers: int, pp: np.ndarray, balanced: np.ndarray | None = None,
+               head: float = 0.0) -> StagePlan:
     """Megatron's split: even where pp divides the layers, else the middle stages hold
-    ceil(L/pp) and the first and last share the rest (``schedule.stage_layers``)."""
+    ceil(L/pp) and the first and last share the rest (``schedule.stage_layers``). Where
+    ``balanced`` (the ``stage_plan: balanced`` rows), the first and last stage's layers that
+    balance the stages against the LM head's ``head`` layers' worth of work
+    (``schedule.balanced_layers``): a different plan of the same three groups."""
     n_first, n_mid, n_last, ok = stage_layers(float(num_layers), pp)
+    if balanced is not None and np.any(balanced):
+        b_first, b_mid, b_last, _ = balanced_layers(float(num_layers), pp, head)
+        n_first = np.where(balanced, b_first, n_first)
+        n_mid = np.where(balanced, b_mid, n_mid)
+        n_last = np.where(balanced, b_last, n_last)
     single = pp == 1
     yes, no = np.ones(pp.shape, bool), np.zeros(pp.shape, bool)
     first = StageGroup("first", np.zeros(pp.shape, np.int64), np.ones(pp.shape, np.int64),

@@ -230,6 +230,42 @@ def _bubble(problem, c, metrics) -> Finding | None:
                    tuple(n for n, _ in levers))
 
 
+def plan_layers_of(model, training, c) -> tuple[int, int, int, bool]:
+    """(first, middle, last) layers of ``c``'s stage plan and whether a balanced plan moves
+    layers (costmodel.schedule.balanced_layers)."""
+    import numpy as np
+
+    from costmodel.schedule import balanced_layers, head_share, stage_layers
+
+    pp = np.array([c.pp])
+    f, mid, la, _ = stage_layers(model.num_layers, pp)
+    bf, bm, bl, moves = balanced_layers(model.num_layers, pp,
+                                        head_share(model, training.seq_length))
+    if c.stage_plan == "balanced":
+        f, mid, la = bf, bm, bl
+    return int(f[0]), int(mid[0]), int(la[0]), bool(moves[0])
+
+
+def _stage_plan(problem, c, metrics) -> Finding | None:
+    """The stage plan in layers, the LM head's share and the imbalance (issue 21)."""
+    model, training = getattr(problem, "model", None), getattr(problem, "training", None)
+    if c.pp <= 1 or model is None or training is None:
+        return None
+    from costmodel.schedule import head_share
+
+    first, mid, last, moves = plan_layers_of(model, training, c)
+    head = head_share(model, training.seq_length)
+    middle = f", {mid} x {c.pp - 2}" if c.pp >= 3 else ""
+    text = (f"stage plan {c.stage_plan}: {first}{middle}, {last} layers (LM head + loss "
+            f"{head:.2f} layers' worth on the last); slowest stage "
+            f"{metrics.get('stage_imbalance', 1.0) - 1:.1%} above the mean")
+    if c.stage_plan == "default":
+        text += ("; stage_plan balanced moves layers off the last stage" if moves else
+                 "; already balanced: no whole-layer move off the last stage shortens the "
+                 "slowest one")
+    return Finding("stage_plan", text, ("stage_plan",) if moves else ())
+
+
 def _recompute(c, step, tb) -> Finding | None:
     share = tb.get("recompute", 0.0) / step
     if share <= RECOMPUTE_SHARE or c.recompute == "none":
@@ -297,8 +333,11 @@ def diagnose(problem, config: ParallelConfig, metrics: Mapping[str, Any]) -> lis
         out.append(Finding("tp_cross_node", f"the TP group (tp={c.tp}) crosses nodes of {gpn} "
                                             f"GPUs: keep tp <= {gpn} so its per-layer "
                                             "collectives stay on NVLink", ("tp_in_node",)))
+    plan = _stage_plan(problem, c, metrics)
+    if plan is not None:
+        out.append(plan)
     imb = metrics.get("stage_imbalance", 1.0)
-    if c.pp > 1 and imb > IMBALANCE:
+    if c.pp > 1 and imb > IMBALANCE and c.stage_plan == "default":
         out.append(Finding("imbalance",
                            f"slowest pipeline stage is {imb - 1:.0%} above the mean (embedding "
                            "/ LM head stages): move layers off the first/last stage "

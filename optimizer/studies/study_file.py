@@ -292,9 +292,18 @@ def _cluster(raw: Any, base_dir: Path) -> ClusterSpec:
 
 
 def _definition(problem, space, objectives, search: Mapping[str, Any]) -> dict[str, Any]:
+    from costmodel.specs import DIMENSIONS_BY_NAME
+
     inputs = problem.inputs_json()
+
+    def counted(name: str, values) -> bool:
+        # a dimension added after studies were stored, searched at its default alone, leaves
+        # the fingerprint as it was (costmodel.dimensions.Dimension.fingerprint_default)
+        d = DIMENSIONS_BY_NAME.get(name)
+        return d is None or d.fingerprint_default or tuple(values) != (d.default,)
+
     return {"schema_version": STUDY_SCHEMA_VERSION, "inputs": inputs,
-            "space": {k: list(v) for k, v in space.as_dict().items()},
+            "space": {k: list(v) for k, v in space.as_dict().items() if counted(k, v)},
             "objectives": [list(o) for o in objectives], "search": dict(search)}
 
 
