@@ -127,7 +127,8 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                                  model.tied_embeddings & (batch.pp == 1))
     plan = stage_plan(model.num_layers, batch.pp, batch.stage_plan == StagePlanCode.BALANCED,
                       head_share(model, training.seq_length))
-    pipe = pipeline_comm(system, fw, comm, batch, groups, shard.tokens * shard.hidden * ea, v)
+    pipe = pipeline_comm(system, fw, comm, batch, groups, shard.tokens * shard.hidden * ea, v,
+                         (sched == INTERLEAVED) if training.overlap_p2p_comm else None)
     st = stage_times(plan, layer, pipe)
     timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v, zb_ratio(layer))
     steady = steady_state(st, layer, timeline.steady_s, m)

@@ -424,12 +424,19 @@ class TrainingSpec:
     # Megatron-Core --tp-comm-overlap: TP all-gathers / reduce-scatters (sequence parallel
     # only) pipelined with the GEMMs next to them (Transformer Engine userbuffers)
     tp_comm_overlap: bool = False
+    # Megatron-Core's --overlap-p2p-communication (on by default in Megatron-Core, off here so
+    # older results keep their numbers): the interleaved schedule's sends and receives run
+    # asynchronously behind the chunks' compute (schedules.py
+    # forward_backward_pipelining_with_interleaving, overlap_p2p_comm); NVIDIA's recipes run
+    # with it (shared/validation/README.md)
+    overlap_p2p_comm: bool = False
 
     def __post_init__(self) -> None:
         _set(self, "seq_length", _int("training", "seq_length", self.seq_length))
         _set(self, "global_batch_size",
              _int("training", "global_batch_size", self.global_batch_size))
-        for name in ("flash_attention", "overlap_grad_reduce", "dropout", "tp_comm_overlap"):
+        for name in ("flash_attention", "overlap_grad_reduce", "dropout", "tp_comm_overlap",
+                     "overlap_p2p_comm"):
             _set(self, name, _bool("training", name, getattr(self, name)))
         _set(self, "framework", _choice("training", "framework", self.framework, FRAMEWORKS))
         if self.tp_comm_overlap and self.framework != "megatron":

@@ -124,9 +124,12 @@ class PipelineComm:
         return out + np.where(~edge & (pp >= 3), self.serial_s, 0.0)
 
 
-def pipeline_comm(system, fw, comm, batch, groups, act_bytes, v) -> PipelineComm:
+def pipeline_comm(system, fw, comm, batch, groups, act_bytes, v, overlap=None) -> PipelineComm:
     """p2p per micro-batch with Megatron's scatter/gather optimisation (Narayanan et al. 2021
-    4.1): each stage sends its TP rank's share of the b s h activation."""
+    4.1): each stage sends its TP rank's share of the b s h activation. ``overlap``: rows
+    whose transfers run behind the chunks' compute (Megatron-Core's overlap_p2p_comm with the
+    interleaved schedule: one chunk's b s h / t transfer is far shorter than the chunk's
+    compute, so none of it is exposed; the receiver's TP re-gathers stay)."""
     t = batch.tp.astype(float)
     p2p_bytes = act_bytes / np.where(batch.tp > 1, t, 1.0)  # scatter/gather optimisation
     pp_axis = Axis(batch.pp, np.where(groups.pp_crosses_nodes, 2, 1))
@@ -141,15 +144,16 @@ def pipeline_comm(system, fw, comm, batch, groups, act_bytes, v) -> PipelineComm
     # first, the reverse on the last); the first and last stage receive one tensor fewer
     # (2v - 1 re-gathers), a middle stage 2v
     pp_on = batch.pp > 1
-    edge = np.where(pp_on, 2.0 * v * p2p_one + (2.0 * v - 1.0) * regroup, 0.0)
-    middle = np.where(pp_on, 2.0 * v * (p2p_one + regroup), 0.0)
+    one = p2p_one if overlap is None else np.where(overlap, 0.0, p2p_one)  # exposed
+    edge = np.where(pp_on, 2.0 * v * one + (2.0 * v - 1.0) * regroup, 0.0)
+    middle = np.where(pp_on, 2.0 * v * (one + regroup), 0.0)
     # DeepSpeed frees a sent activation's full tensor and re-gathers it from its partition for
     # the backward (PipelineEngine._exec_backward_pass: part_output.full()): one more
     # re-gather per micro-batch on every stage but the last
     out_regroup = np.where(pp_on, v * regroup, 0.0) if fw.pipeline.pipe_regather_output else 0.0
     # a middle stage of a framework with serial blocking p2p (DeepSpeed) pays 4 transfers
     # (serial transfers add no re-gathers)
-    serial = (2.0 * v * p2p_one if fw.pipeline.serial_p2p else np.zeros(p2p_one.shape))
+    serial = (2.0 * v * one if fw.pipeline.serial_p2p else np.zeros(p2p_one.shape))
     return PipelineComm(p2p_bytes, p2p_one, regroup, edge, middle, out_regroup, serial)
 
 

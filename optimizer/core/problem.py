@@ -70,6 +70,8 @@ class Problem:
         }
         if self.training.tp_comm_overlap:  # only when set: older fingerprints stay valid
             doc["training"]["tp_comm_overlap"] = True
+        if self.training.overlap_p2p_comm:  # likewise
+            doc["training"]["overlap_p2p_comm"] = True
         return doc
 
     def fingerprint(self) -> str:
