@@ -53,6 +53,7 @@ from costmodel.metrics import Scores
 from costmodel.pricing import peaks_by_precision
 from costmodel.schedule import (
     INTERLEAVED,
+    V_SHAPED,
     Timeline,
     head_share,
     pipeline_timeline,
@@ -118,7 +119,9 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     shard = shard_of(model, training, batch)
     sharded = sharding(fw, batch.precision, batch.zero_stage, batch.dp)
     sched = batch.schedule
-    v = np.where(sched == INTERLEAVED, batch.virtual_stages, 1).astype(float)
+    # model chunks per rank: the interleaved schedule's v, two for the V-shaped schedules
+    v = np.where(sched == INTERLEAVED, batch.virtual_stages,
+                 np.where(np.isin(sched, V_SHAPED), 2, 1)).astype(float)
     m = float(training.global_batch_size) / (shard.micro_batch * sharded.dp)
     ea = ACT_BYTES[batch.precision]
 
@@ -126,11 +129,11 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     layer = accumulate_gradients(layer, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
     plan = stage_plan(model.num_layers, batch.pp, batch.stage_plan == StagePlanCode.BALANCED,
-                      head_share(model, training.seq_length))
+                      head_share(model, training.seq_length), np.isin(sched, V_SHAPED))
     pipe = pipeline_comm(system, fw, comm, batch, groups, shard.tokens * shard.hidden * ea, v,
                          (sched == INTERLEAVED) if training.overlap_p2p_comm else None)
     st = stage_times(plan, layer, pipe)
-    timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v, zb_ratio(layer))
+    timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v, zb_ratio(layer, sched))
     steady = steady_state(st, layer, timeline.steady_s, m)
     params = stage_params(plan, model, training, shard.vocab, shard.tp)
     dp = data_parallel_step(comm, batch, groups, fw, eff, training, sharded, params.largest,
@@ -147,12 +150,13 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                   params, dp, mem, scores)
 
 
-def zb_ratio(layer: LayerCosts) -> np.ndarray:
-    """ZB-H1's bubble over 1F1B's from a layer's passes: T_F the forward, T_B the input
-    gradient (half the backward's GEMMs, Qi et al. 2023 take T_B = T_W) with the recomputed
-    forward that precedes it, T_W the weight gradient (the other half)."""
+def zb_ratio(layer: LayerCosts, sched) -> np.ndarray:
+    """A split-backward schedule's bubble over 1F1B's from a layer's passes: T_F the
+    forward, T_B the input gradient (half the backward's GEMMs, Qi et al. 2023 take
+    T_B = T_W) with the recomputed forward that precedes it, T_W the weight gradient (the
+    other half)."""
     half = 0.5 * layer.backward_s
-    return zero_bubble_ratio(layer.forward_s, half + layer.recompute_s, half)
+    return zero_bubble_ratio(layer.forward_s, half + layer.recompute_s, half, sched)
 
 
 def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch: ConfigBatch,

@@ -11,6 +11,19 @@ Sources:
   fills the drain, so the bubble is (p - 1)(T_F + T_B - T_W) instead of 1F1B's
   (p - 1)(T_F + T_B + T_W), with 1F1B's peak activation memory (p micro-batches on the first
   stage). The fill-and-drain part of the flow-shop span is scaled by that ratio.
+- ZB-V (Qi et al. 2024, arXiv:2405.15362; ZB README: bubble 0 and 1F1B's activation memory at
+  T_F = T_B = T_W, twice the pipeline transfers): two chunks per rank in a V (rank r holds
+  stages r and 2p - 1 - r), so it is ZB-H2's schedule, bubble (p - 1)(T_F + T_B - 2 T_W)
+  (Qi et al. 2023 Table 1), on chunks of half a stage: (p - 1)(T_F + T_B - 2 T_W)/2 in a
+  rank's times, never below 0; ZB-H2's 2p - 1 chunk micro-batches in flight are about p of
+  the rank's, 1F1B's peak (p on every rank: the V puts the first and the last stage on
+  rank 0).
+- DualPipeV (DeepSeek-V3 report, arXiv:2412.19437, section 3.2.1 and Table 2; the DualPipe
+  README's "cut-in-half" V): bubble (PP/2 - 1)(F&B + B - 3W) over PP = 2p chunk-stages on p
+  ranks, F&B an overlapped forward and full backward chunk (F + B + W), B the full backward
+  chunk (B + W): (p - 1)(T_F + 2 T_B - T_W)/2 in a rank's times; activations PP + 1 chunk
+  micro-batches per rank, p + 1/2 of the rank's; two chunks per rank (twice the transfers);
+  needs an even number of micro-batches, at least 2p.
 - Unequal stages, flow-shop approximation (cost-model.md 7.3): the span is
   sum_i T_i + (m - 1) max_i T_i, so the slowest stage sets the steady state.
 """
@@ -24,15 +37,25 @@ import numpy as np
 from costmodel.specs import Schedule
 
 GPIPE, ONE_F_ONE_B, INTERLEAVED = Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED
-ZB_H1 = Schedule.ZB_H1
+ZB_H1, ZB_V, DUALPIPE_V = Schedule.ZB_H1, Schedule.ZB_V, Schedule.DUALPIPE_V
+#: schedules with two model chunks per rank in a V (twice the pipeline transfers)
+V_SHAPED = (ZB_V, DUALPIPE_V)
 
 
-def zero_bubble_ratio(t_f, t_b, t_w) -> np.ndarray:
-    """ZB-H1's bubble over 1F1B's: (T_F + T_B - T_W) / (T_F + T_B + T_W) (Qi et al. 2023,
-    Table 1; 1/3 at T_F = T_B = T_W, the ZB README's "ZB1P: B/3"). Never below 0."""
+def zero_bubble_ratio(t_f, t_b, t_w, schedule=ZB_H1) -> np.ndarray:
+    """A split-backward schedule's bubble over 1F1B's (p - 1)(T_F + T_B + T_W), T_B the
+    input gradient and T_W the weight gradient of a rank's stage (module docstring):
+    ZB-H1 (T_F + T_B - T_W); ZB-V (T_F + T_B - 2 T_W)/2; DualPipeV (T_F + 2 T_B - T_W)/2.
+    At T_F = T_B = T_W: 1/3 (the ZB README's "ZB1P: B/3"), 0 ("ZBV 0") and 1/3. 1 for the
+    other schedules; never below 0."""
     t_f, t_b, t_w = (np.asarray(x, dtype=float) for x in (t_f, t_b, t_w))
+    sched = np.asarray(schedule)
     with np.errstate(invalid="ignore", divide="ignore"):
-        r = (t_f + t_b - t_w) / (t_f + t_b + t_w)
+        one = t_f + t_b + t_w
+        r = np.where(sched == ZB_H1, (t_f + t_b - t_w) / one,
+                     np.where(sched == ZB_V, 0.5 * (t_f + t_b - 2.0 * t_w) / one,
+                              np.where(sched == DUALPIPE_V, 0.5 * (t_f + 2.0 * t_b - t_w) / one,
+                                       1.0)))
     return np.where(np.isfinite(r), np.clip(r, 0.0, 1.0), 1.0)
 
 
@@ -80,8 +103,8 @@ def pipeline_timeline(slowest_s, total_s, m, schedule, virtual_stages,
     """Span of the pipeline from the stages' micro-batch times reduced over the stage plan:
     ``slowest_s`` the slowest stage's, ``total_s`` the sum over all stages (one micro-batch
     through the whole pipeline). Returns (span, steady, bubble) with steady = m * slowest
-    stage and bubble = span - steady. ``zb_ratio``: ZB-H1's bubble over 1F1B's
-    (:func:`zero_bubble_ratio`), for the ``zb-h1`` rows."""
+    stage and bubble = span - steady. ``zb_ratio``: a split-backward schedule's bubble over
+    1F1B's (:func:`zero_bubble_ratio`), for the zb-h1, zb-v and dualpipev rows."""
     m = np.asarray(m, dtype=float)
     v = np.asarray(virtual_stages, dtype=float)
     # an unrunnable configuration (an infinite stage time) gives an infinite span; the
@@ -91,7 +114,7 @@ def pipeline_timeline(slowest_s, total_s, m, schedule, virtual_stages,
     inter = np.asarray(schedule) == INTERLEAVED
     span = m * slowest_s + np.where(inter, fill_drain / v, fill_drain)
     if zb_ratio is not None:
-        zb = np.asarray(schedule) == ZB_H1
+        zb = np.asarray(schedule) >= ZB_H1
         span = np.where(zb, m * slowest_s + zb_ratio * fill_drain, span)
     steady = m * slowest_s
     return Timeline(span, steady, span - steady)

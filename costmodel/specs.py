@@ -38,7 +38,7 @@ from costmodel.errors import InputError, did_you_mean
 
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
-SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1")
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev")
 # Where the pipeline's layers sit (costmodel.stages.stage_plan): Megatron's default split, or
 # the first and last stage's layer counts that balance the stages once the embedding and the
 # LM head + loss are counted in layers' worth of work (costmodel.schedule.balanced_layers)
@@ -70,6 +70,8 @@ class Schedule(IntEnum):
     ONE_F_ONE_B = 1
     INTERLEAVED = 2
     ZB_H1 = 3
+    ZB_V = 4
+    DUALPIPE_V = 5
 
 
 class StagePlanCode(IntEnum):

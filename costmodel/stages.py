@@ -46,6 +46,7 @@ class StagePlan:
     pp: np.ndarray
     groups: tuple[StageGroup, ...]
     splittable: np.ndarray  # False where no split gives every stage a layer
+    v_shape: np.ndarray | None = None  # V-shaped schedules: the loss on rank 0 too
 
     @property
     def single(self) -> np.ndarray:
@@ -61,12 +62,14 @@ class StagePlan:
 
 
 def stage_plan(num_layers: int, pp: np.ndarray, balanced: np.ndarray | None = None,
-               head: float = 0.0) -> StagePlan:
+               head: float = 0.0, v_shape: np.ndarray | None = None) -> StagePlan:
     """Megatron's split: even where pp divides the layers, else the middle stages hold
     ceil(L/pp) and the first and last share the rest (``schedule.stage_layers``). Where
     ``balanced`` (the ``stage_plan: balanced`` rows), the first and last stage's layers that
     balance the stages against the LM head's ``head`` layers' worth of work
-    (``schedule.balanced_layers``): a different plan of the same three groups."""
+    (``schedule.balanced_layers``): a different plan of the same three groups. Where
+    ``v_shape`` (ZB-V, DualPipeV: rank r holds chunks r and 2p - 1 - r), the embedding and
+    the loss both sit on rank 0; the last rank holds the V's turn."""
     n_first, n_mid, n_last, ok = stage_layers(float(num_layers), pp)
     if balanced is not None and np.any(balanced):
         b_first, b_mid, b_last, _ = balanced_layers(float(num_layers), pp, head)
@@ -75,16 +78,18 @@ def stage_plan(num_layers: int, pp: np.ndarray, balanced: np.ndarray | None = No
         n_last = np.where(balanced, b_last, n_last)
     single = pp == 1
     yes, no = np.ones(pp.shape, bool), np.zeros(pp.shape, bool)
+    head_first = single if v_shape is None or not np.any(v_shape) else single | v_shape
+    head_last = yes if v_shape is None or not np.any(v_shape) else ~v_shape
     first = StageGroup("first", np.zeros(pp.shape, np.int64), np.ones(pp.shape, np.int64),
-                       n_first, yes, single, wins_time_ties=False)
-    last = StageGroup("last", pp - 1, np.where(single, 0, 1), n_last, no, yes,
+                       n_first, yes, head_first, wins_time_ties=False)
+    last = StageGroup("last", pp - 1, np.where(single, 0, 1), n_last, no, head_last,
                       wins_time_ties=True)
     # the second stage represents the middle ones: a full middle stage with one micro-batch
     # fewer in flight than the first; it holds the most when the first stage has fewer layers
     # (uneven split)
     middle = StageGroup("middle", np.minimum(1, pp - 1), np.maximum(pp - 2, 0), n_mid, no, no,
                         wins_time_ties=False)
-    return StagePlan(pp, (first, last, middle), ok)
+    return StagePlan(pp, (first, last, middle), ok, v_shape)
 
 
 # ---- per-step gradient accumulation ---------------------------------------------------------
@@ -248,7 +253,8 @@ def stage_params(plan: StagePlan, model, training, vocab, tp) -> StageParams:
     h = float(model.hidden_size)
     layer_params = float(model.params_per_layer)
     emb_params = vocab * h
-    head_params = np.where(model.tied_embeddings & (plan.pp == 1), 0.0, vocab * h)
+    one_rank = plan.pp == 1 if plan.v_shape is None else (plan.pp == 1) | plan.v_shape
+    head_params = np.where(model.tied_embeddings & one_rank, 0.0, vocab * h)
     pos_params = float(model.position_params(training.seq_length))
     norm_params = float(model.hidden_size * (2 if model.normalization == "layernorm" else 1))
     out, largest = [], None

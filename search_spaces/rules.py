@@ -189,7 +189,18 @@ def _balanced_plan_moves_layers(ctx: Context, b: ConfigBatch) -> np.ndarray:
 
 
 def _zero_bubble_needs_pp(ctx: Context, b: ConfigBatch) -> np.ndarray:
-    return (b.schedule != Schedule.ZB_H1) | (b.pp > 1)
+    return (b.schedule < Schedule.ZB_H1) | (b.pp > 1)
+
+
+def _v_schedule_chunks(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # ZB-V and DualPipeV put two model chunks on every rank: each stage needs two layers;
+    # DualPipeV also needs an even number of micro-batches, at least 2 pp (DualPipe README)
+    v_shaped = (b.schedule == Schedule.ZB_V) | (b.schedule == Schedule.DUALPIPE_V)
+    first, mid, last, _ = plan_layers(ctx, b)
+    two = (first >= 2) & (last >= 2) & ((b.pp <= 2) | (mid >= 2))
+    m, whole = _microbatches(ctx, b)
+    dual = (b.schedule != Schedule.DUALPIPE_V) | ~whole | ((m % 2 == 0) & (m >= 2 * b.pp))
+    return ~v_shaped | (two & dual)
 
 
 def _microbatches(ctx: Context, b: ConfigBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -434,8 +445,13 @@ BALANCED_PLAN_MOVES_LAYERS = Rule(
     lambda c, r: f"pp={r['pp']}, num_layers={c.model.num_layers}, LM head = "
                  f"{head_share(c.model, c.training.seq_length):.2f} layers' worth")
 ZERO_BUBBLE_NEEDS_PP = Rule(
-    "zero_bubble_needs_pp", "the zb-h1 schedule needs pp > 1", _zero_bubble_needs_pp,
-    frozenset({"schedule", "pp"}), lambda c, r: f"pp={r['pp']}")
+    "zero_bubble_needs_pp", "the zb-h1, zb-v and dualpipev schedules need pp > 1",
+    _zero_bubble_needs_pp, frozenset({"schedule", "pp"}), lambda c, r: f"pp={r['pp']}")
+V_SCHEDULE_CHUNKS = Rule(
+    "v_schedule_chunks", "zb-v and dualpipev hold two model chunks per rank (every stage needs "
+    "two layers); dualpipev needs an even number of microbatches, at least 2 pp",
+    _v_schedule_chunks, frozenset({"schedule", "pp", "stage_plan", "micro_batch_size", "dp"}),
+    lambda c, r: f"schedule={r['schedule']}, pp={r['pp']}, microbatches = {_m(c, r)}")
 INTERLEAVED_MICROBATCHES = Rule(
     "interleaved_microbatches", "with the interleaved schedule the number of microbatches "
     "(global_batch_size / (micro_batch_size * dp)) must be a multiple of pp",
@@ -469,7 +485,7 @@ NCCL_GATES = Rule(
 ALL_RULES: tuple[Rule, ...] = (
     WORLD_SIZE, TP_DIVIDES_HEADS, TP_DIVIDES_FFN, TP_WITHIN_NODE, PP_SPLITS_LAYERS,
     BATCH_DIVISIBLE, INTERLEAVED_NEEDS_PP, VIRTUAL_STAGES_DIVIDE_LAYERS,
-    BALANCED_PLAN_MOVES_LAYERS, ZERO_BUBBLE_NEEDS_PP,
+    BALANCED_PLAN_MOVES_LAYERS, ZERO_BUBBLE_NEEDS_PP, V_SCHEDULE_CHUNKS,
     INTERLEAVED_MICROBATCHES, SP_NEEDS_TP, FP8_HARDWARE, FP8_ALIGNMENT, PRECISION_HARDWARE,
     ZERO3_NO_PP, ZERO_NEEDS_DP, NCCL_GATES,
 )

@@ -115,3 +115,32 @@ def test_uneven_interleaved_405b_is_scored():
     one = dict(cols, schedule=[1], virtual_stages=[1])
     s1 = score(p.model, p.cluster, p.training, ConfigBatch.from_columns(**one))
     assert np.isfinite(s.step_time_s[0]) and s.bubble_share[0] < s1.bubble_share[0]
+
+
+def test_v_schedules_bubble_at_known_points():
+    # T_F = T_B = T_W: ZB-V has no bubble (ZB README "ZBV 0"); DualPipeV's
+    # (PP/2 - 1)(F&B + B - 3W) on 2p chunk-stages is a third of 1F1B's
+    assert zero_bubble_ratio(1.0, 1.0, 1.0, 4) == pytest.approx(0.0)
+    assert zero_bubble_ratio(1.0, 1.0, 1.0, 5) == pytest.approx(1 / 3)
+    assert zero_bubble_ratio(1.0, 1.0, 1.0, 1) == 1.0
+
+
+def test_v_schedules_scored_with_loss_on_rank_0():
+    p = resolve_problem(model="65b", gpus=16, global_batch_size=64)
+    cols = dict(tp=[4] * 3, pp=[4] * 3, dp=[1] * 3, recompute=[2] * 3,
+                sequence_parallel=[True] * 3, schedule=[1, 4, 5])
+    ph = run_phases(p.model, p.cluster, p.training, ConfigBatch.from_columns(**cols))
+    b = ph.timeline.bubble_s
+    assert b[1] < b[0] and b[2] < b[0]
+    first, last, _ = ph.plan.groups
+    assert list(first.head) == [False, True, True] and list(last.head) == [True, False, False]
+    # twice the transfers of 1F1B (two chunks per rank)
+    assert ph.pipeline.middle_s[1] == pytest.approx(2 * ph.pipeline.middle_s[0])
+    from search_spaces.rules import Context, explain
+
+    ctx = Context(p.model, p.cluster, p.training)
+    assert explain(ctx, dict(tp=4, pp=4, schedule="dualpipev")) == []
+    few = Context(p.model, p.cluster, resolve_problem(model="65b", gpus=16,
+                                                      global_batch_size=4).training)
+    assert "v_schedule_chunks" in {n for n, _ in explain(few, dict(tp=4, pp=4,
+                                                                   schedule="dualpipev"))}
