@@ -196,3 +196,61 @@ def balanced_layers(num_layers, pp, head: float, embedding: float = 0.0):
             best_l = np.where(better, la, best_l)
     differs = (best_f != d_first) | (best_l != d_last) | ((best_c != d_mid) & has_mid)
     return best_f, np.broadcast_to(best_c, best_f.shape).astype(float), best_l, differs
+
+
+def plan_layers(model, seq_length: int, pp: int, plan: str = "default"
+                ) -> tuple[int, int, int, bool]:
+    """One configuration's (first, middle, last) stage layers for stage plan ``plan``
+    (``default`` or ``balanced``) and whether the balanced plan moves layers: what the launch
+    flags and the report state about the plan the cost model scored."""
+    p = np.array([pp])
+    first, mid, last, _ = stage_layers(model.num_layers, p)
+    bf, bm, bl, moves = balanced_layers(model.num_layers, p, head_share(model, seq_length))
+    if plan == "balanced":
+        first, mid, last = bf, bm, bl
+    return int(first[0]), int(mid[0]), int(last[0]), bool(moves[0])
+
+
+def pipeline_layout(first: int, mid: int, last: int, pp: int, v: int) -> str:
+    """Megatron-Core's ``--pipeline-model-parallel-layout`` for a split of (first, middle x
+    (pp - 2), last) layers per rank in ``v`` chunks each: virtual stage a of rank b is stage
+    a pp + b, stages separated by ``|``, ``E`` the embedding, ``t`` a layer, ``L`` the loss
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py). A rank's layers are spread
+    evenly over its chunks; on the first rank the lighter chunks come first (a chunk may hold
+    the embedding alone: Llama 3 405B), on the last rank last."""
+    per_rank = [first] + [mid] * max(pp - 2, 0) + ([last] if pp >= 2 else [])
+    chunks = []
+    for b, n in enumerate(per_rank):
+        q, r = divmod(n, v)
+        sizes = [q + (1 if a < r else 0) for a in range(v)]
+        if b == 0:
+            sizes = sorted(sizes)
+        chunks.append(sizes)
+    stages = []
+    for a in range(v):
+        for b in range(pp):
+            k = chunks[b][a]
+            s = f"t*{k}" if k >= 3 else "t" * k
+            if a == 0 and b == 0:
+                s = "E" + s
+            if a == v - 1 and b == pp - 1:
+                s = s + "L"
+            stages.append(s)
+    # runs of equal stages in Megatron's repetition grammar: (s|)*n
+    runs: list[list] = []
+    for st in stages:
+        if runs and runs[-1][0] == st:
+            runs[-1][1] += 1
+        else:
+            runs.append([st, 1])
+    out = []
+    for i, (st, n) in enumerate(runs):
+        last_run = i == len(runs) - 1
+        rep = n - 1 if last_run else n
+        if rep >= 2:
+            out.append(f"({st}|)*{rep}")
+        elif rep == 1:
+            out.append(f"{st}|")
+        if last_run:
+            out.append(st)
+    return "".join(out)

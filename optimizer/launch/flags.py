@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.errors import InputError
-from costmodel.schedule import stage_layers
+from costmodel.schedule import pipeline_layout, plan_layers, stage_layers
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 __all__ = [
@@ -63,7 +63,13 @@ _VOCAB_DIVISIBLE_BY = 128
 _DS_FP16 = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16,
             "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1}
 _DS_GRADIENT_CLIPPING = 1.0
-_TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
+_TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
+                         "zb-v": "ZBVZeroBubble", "dualpipev": "DualPipeV"}
+# schedules Megatron-LM main does not have (modern-training.md 3.1, 3.2)
+_NOT_IN_MEGATRON = {"zb-h1": "the sail-sg zero-bubble fork's --enable-zero-bubble",
+                    "zb-v": "the sail-sg fork's --enable-zero-bubble --zero-bubble-v-schedule, "
+                            "or torchtitan's ZBVZeroBubble",
+                    "dualpipev": "torchtitan's DualPipeV or deepseek-ai/DualPipe"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -119,9 +125,15 @@ def _layers_per_virtual_stage(model: ModelSpec, config: ParallelConfig) -> int:
     return model.num_layers // chunks
 
 
-def _uneven_split(model: ModelSpec, config: ParallelConfig) -> tuple[int, int] | None:
-    """(first, last) stage layers where pp does not divide the layers, else None: the split
-    the cost model scores (costmodel.schedule.stage_layers)."""
+def _uneven_split(model: ModelSpec, config: ParallelConfig,
+                  training: TrainingSpec | None = None) -> tuple[int, int] | None:
+    """(first, last) stage layers where pp does not divide the layers or the stage plan is
+    balanced and moves layers, else None: the split the cost model scores
+    (costmodel.schedule.stage_layers, plan_layers)."""
+    if config.pp >= 2 and config.stage_plan == "balanced" and training is not None:
+        first, _, last, moves = plan_layers(model, training.seq_length, config.pp, "balanced")
+        if moves:
+            return first, last
     if config.pp < 2 or model.num_layers % config.pp == 0:
         return None
     first, _, last, ok = stage_layers(model.num_layers, config.pp)
@@ -168,11 +180,16 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         "--tensor-model-parallel-size", str(config.tp),
         "--pipeline-model-parallel-size", str(config.pp),
     ]
-    if _interleaved(config):
+    split = _uneven_split(model, config, training)
+    if _interleaved(config) and split is not None:  # an uneven plan in chunks: the layout
+        first, mid, last, _ = plan_layers(model, training.seq_length, config.pp,
+                                          config.stage_plan)
+        a += ["--pipeline-model-parallel-layout",
+              pipeline_layout(first, mid, last, config.pp, config.virtual_stages)]
+    elif _interleaved(config):
         a += ["--num-layers-per-virtual-pipeline-stage",
               str(_layers_per_virtual_stage(model, config))]
-    split = _uneven_split(model, config)
-    if split is not None:  # Megatron-Core: the middle stages split the rest evenly
+    elif split is not None:  # Megatron-Core: the middle stages split the rest evenly
         a += ["--decoder-first-pipeline-num-layers", str(split[0]),
               "--decoder-last-pipeline-num-layers", str(split[1])]
     if config.sequence_parallel and config.tp > 1:  # Megatron drops it with a warning at TP=1
@@ -342,11 +359,11 @@ def torchtitan_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         a.append("--parallelism.enable_sequence_parallel" if config.sequence_parallel
                  else "--parallelism.no_enable_sequence_parallel")
     if config.pp > 1:
-        a += ["--parallelism.pipeline_parallel_schedule", _TORCHTITAN_SCHEDULES[config.schedule],
+        # torchtitan has no single-stage ZB-H1: 1F1B (launch_warnings says so)
+        a += ["--parallelism.pipeline_parallel_schedule",
+              _TORCHTITAN_SCHEDULES.get(config.schedule, "1F1B"),
               "--parallelism.pipeline_parallel_microbatch_size", str(config.micro_batch_size)]
-        if _interleaved(config):
-            a += ["--parallelism.pipeline_parallel_layers_per_stage",
-                  str(_layers_per_virtual_stage(model, config))]
+        a += _torchtitan_stages(model, training, config)
     local = config.micro_batch_size * m if config.pp > 1 else config.micro_batch_size
     a += [
         "--training.seq_len", str(training.seq_length),
@@ -359,6 +376,31 @@ def torchtitan_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         a += ["--training.mixed_precision_param", "float32"]
     a += ["--activation_checkpoint.mode", config.recompute]
     return a
+
+
+def _torchtitan_stages(model: ModelSpec, training: TrainingSpec, config: ParallelConfig
+                       ) -> list[str]:
+    """torchtitan's stage split: layers per (virtual) stage and, for an uneven plan, how many
+    layers fewer the first and last stage hold (``pipeline_parallel_first/last_stage_less_
+    layers``; stages = (L + first_less + last_less) / layers_per_stage must tile pp ranks)."""
+    chunks = 2 if config.schedule in ("zb-v", "dualpipev") else (
+        config.virtual_stages if _interleaved(config) else 1)
+    split = _uneven_split(model, config, training)
+    if split is None:
+        if chunks == 1:
+            return []
+        if model.num_layers % (config.pp * chunks):
+            raise InputError("parallel.pp", f"num_layers={model.num_layers} is not divisible by "
+                             f"pp x {chunks} chunks", "pick pp so that the chunks are equal")
+        return ["--parallelism.pipeline_parallel_layers_per_stage",
+                str(model.num_layers // (config.pp * chunks)),
+                "--parallelism.pipeline_parallel_first_stage_less_layers", "0",
+                "--parallelism.pipeline_parallel_last_stage_less_layers", "0"]
+    first, mid, last, _ = plan_layers(model, training.seq_length, config.pp, config.stage_plan)
+    per_stage = max(1, mid // chunks)
+    return ["--parallelism.pipeline_parallel_layers_per_stage", str(per_stage),
+            "--parallelism.pipeline_parallel_first_stage_less_layers", str(mid - first),
+            "--parallelism.pipeline_parallel_last_stage_less_layers", str(mid - last)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -534,11 +576,19 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
         if model.num_attention_heads % config.tp or model.num_kv_heads % config.tp:
             w.append(f"Megatron needs num_attention_heads ({model.num_attention_heads}) and "
                      f"num_query_groups ({model.num_kv_heads}) divisible by tp={config.tp}")
-        split = _uneven_split(model, config)
+        if config.schedule in _NOT_IN_MEGATRON:
+            w.append(f"Megatron-LM has no {config.schedule} schedule: the Megatron flags run "
+                     f"1F1B; use {_NOT_IN_MEGATRON[config.schedule]}"
+                     + ("; torchtitan has no single-stage ZB-H1 (its overrides say 1F1B)"
+                        if config.schedule == "zb-h1" else ""))
+        split = _uneven_split(model, config, training)
         if split is not None:
+            megatron = ("--pipeline-model-parallel-layout (the interleaved chunks)"
+                        if _interleaved(config) else
+                        "--decoder-first/last-pipeline-num-layers")
             w.append(f"uneven pipeline split ({model.num_layers} layers on pp={config.pp}: "
                      f"{split[0]} on the first stage, {split[1]} on the last, the rest evenly): "
-                     "Megatron gets --decoder-first/last-pipeline-num-layers, DeepSpeed the "
+                     f"Megatron gets {megatron}, DeepSpeed the "
                      "type:transformer|embedding partition; torchtitan's own split may differ")
     if training is not None and _interleaved(config):
         m = _microbatches(training, config)

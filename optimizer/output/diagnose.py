@@ -232,18 +232,10 @@ def _bubble(problem, c, metrics) -> Finding | None:
 
 def plan_layers_of(model, training, c) -> tuple[int, int, int, bool]:
     """(first, middle, last) layers of ``c``'s stage plan and whether a balanced plan moves
-    layers (costmodel.schedule.balanced_layers)."""
-    import numpy as np
+    layers (costmodel.schedule.plan_layers)."""
+    from costmodel.schedule import plan_layers
 
-    from costmodel.schedule import balanced_layers, head_share, stage_layers
-
-    pp = np.array([c.pp])
-    f, mid, la, _ = stage_layers(model.num_layers, pp)
-    bf, bm, bl, moves = balanced_layers(model.num_layers, pp,
-                                        head_share(model, training.seq_length))
-    if c.stage_plan == "balanced":
-        f, mid, la = bf, bm, bl
-    return int(f[0]), int(mid[0]), int(la[0]), bool(moves[0])
+    return plan_layers(model, training.seq_length, c.pp, c.stage_plan)
 
 
 def _stage_plan(problem, c, metrics) -> Finding | None:

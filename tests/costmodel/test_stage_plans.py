@@ -144,3 +144,61 @@ def test_v_schedules_scored_with_loss_on_rank_0():
                                                       global_batch_size=4).training)
     assert "v_schedule_chunks" in {n for n, _ in explain(few, dict(tp=4, pp=4,
                                                                    schedule="dualpipev"))}
+
+
+def _parse_layout(text):
+    """Megatron-Core's PipelineParallelLayerLayout.parse_str_to_list, without torch."""
+    import re
+
+    text = text.replace(",", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        text = re.sub(pattern, lambda x: x.group(1) * int(x.group(2)), text)
+    return [list(s) for s in text.split("|")]
+
+
+@pytest.mark.parametrize("split", [(7, 8, 7, 16, 8), (7, 8, 7, 16, 4), (20, 20, 20, 4, 2),
+                                   (27, 27, 26, 3, 2), (9, 10, 9, 8, 3), (5, 5, 5, 2, 5)])
+def test_pipeline_layout_places_every_layer(split):
+    from costmodel.schedule import pipeline_layout
+
+    first, mid, last, pp, v = split
+    stages = _parse_layout(pipeline_layout(*split))
+    assert len(stages) == pp * v
+    flat = sum(stages, [])
+    assert flat[0] == "E" and flat[-1] == "L" and flat.count("E") == flat.count("L") == 1
+    per_rank = [sum(stages[a * pp + b].count("t") for a in range(v)) for b in range(pp)]
+    assert per_rank == [first] + [mid] * (pp - 2) + [last]
+
+
+def test_launch_flags_for_plans_and_schedules():
+    from costmodel.specs import ParallelConfig
+    from optimizer.launch.flags import launch_warnings, megatron_args, torchtitan_args
+
+    m = ModelSpec("l405", 126, 16384, 128, 53248, 128256, num_kv_heads=8, gated_mlp=True)
+    p = resolve_problem(model=m, gpus=16384, gpu="h100-sxm-80gb", seq_length=8192,
+                        global_batch_size=2048)
+    c = ParallelConfig(tp=8, pp=16, dp=128, schedule="interleaved", virtual_stages=8,
+                       sequence_parallel=True)
+    a = megatron_args(p.model, p.cluster, p.training, c)
+    lay = a[a.index("--pipeline-model-parallel-layout") + 1]
+    assert lay == "E|(t|)*126L" and "--num-layers-per-virtual-pipeline-stage" not in a
+    assert "--decoder-first-pipeline-num-layers" not in a  # the layout excludes them
+    t = torchtitan_args(p.model, p.cluster, p.training, c)
+    assert t[t.index("--parallelism.pipeline_parallel_schedule") + 1] == "Interleaved1F1B"
+    assert t[t.index("--parallelism.pipeline_parallel_layers_per_stage") + 1] == "1"
+    assert t[t.index("--parallelism.pipeline_parallel_first_stage_less_layers") + 1] == "1"
+    for sched, name in (("zb-v", "ZBVZeroBubble"), ("dualpipev", "DualPipeV")):
+        cv = ParallelConfig(tp=8, pp=16, dp=128, schedule=sched)
+        t = torchtitan_args(p.model, p.cluster, p.training, cv)
+        assert t[t.index("--parallelism.pipeline_parallel_schedule") + 1] == name
+        assert any("Megatron-LM has no" in w for w in launch_warnings(
+            cv, model=p.model, cluster=p.cluster, training=p.training))
+    # a balanced plan that moves layers: Megatron's first/last flags with its counts
+    big = ModelSpec("l70", 80, 8192, 64, 28672, 128256, num_kv_heads=8, gated_mlp=True)
+    q = resolve_problem(model=big, gpus=64, gpu="h100-sxm-80gb", seq_length=4096,
+                        global_batch_size=128)
+    cb = ParallelConfig(tp=8, pp=8, dp=1, stage_plan="balanced")
+    a = megatron_args(q.model, q.cluster, q.training, cb)
+    f, mid, la, moves = plan_layers_of(q.model, q.training, cb)
+    assert moves and a[a.index("--decoder-last-pipeline-num-layers") + 1] == str(la)
+    assert a[a.index("--decoder-first-pipeline-num-layers") + 1] == str(f)
