@@ -55,7 +55,6 @@ from costmodel.schedule import (
     INTERLEAVED,
     V_SHAPED,
     Timeline,
-    head_share,
     pipeline_timeline,
     zero_bubble_ratio,
 )
@@ -128,8 +127,9 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     layer, distinct = price_distinct_layers(model, training, eff, fw, gpu, system, batch, groups)
     layer = accumulate_gradients(layer, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
+    head, emb = _end_shares(layer)
     plan = stage_plan(model.num_layers, batch.pp, batch.stage_plan == StagePlanCode.BALANCED,
-                      head_share(model, training.seq_length), np.isin(sched, V_SHAPED))
+                      head, np.isin(sched, V_SHAPED), emb)
     pipe = pipeline_comm(system, fw, comm, batch, groups, shard.tokens * shard.hidden * ea, v,
                          (sched == INTERLEAVED) if training.overlap_p2p_comm else None)
     st = stage_times(plan, layer, pipe)
@@ -148,6 +148,24 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                             m, peak, eff, n_gpus)
     return Phases(fw, groups, shard, sharded, layer, distinct, plan, pipe, st, timeline, steady,
                   params, dp, mem, scores)
+
+
+def _end_shares(layer: LayerCosts) -> tuple[np.ndarray, np.ndarray]:
+    """The LM head's (with the loss) and the embedding's micro-batch time in layers' worth:
+    what a balanced stage plan balances against (0 where a layer's time is not finite)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        head = layer.head_s / layer.total_s
+        emb = layer.embedding_s / layer.total_s
+    return (np.where(np.isfinite(head), head, 0.0), np.where(np.isfinite(emb), emb, 0.0))
+
+
+def plan_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, config
+            ) -> tuple[int, int, int]:
+    """(first, middle, last) stage layers of the plan the cost model scores for one
+    ParallelConfig (what the launch flags and the report state)."""
+    ph = run_phases(model, cluster, training, ConfigBatch.from_configs([config]))
+    first, last, middle = (int(g.layers[0]) for g in ph.plan.groups)
+    return first, middle, last
 
 
 def zb_ratio(layer: LayerCosts, sched) -> np.ndarray:

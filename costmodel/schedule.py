@@ -151,23 +151,37 @@ def stage_layers(num_layers, pp) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     return first, middle, last, ok | (p == 1)
 
 
-def head_share(model, seq_length: int) -> float:
+def head_share(model, seq_length: int, recompute=None):
     """The LM head's forward FLOPs per token in layers' worth (cost-model.md 7.4):
     2 h V / (2 P_matmul + 4 s a d_h), P_matmul the layer's GEMM parameters (causal attention
-    counted whole, as 7.4 does; the loss's softmax is left out)."""
+    counted whole, as 7.4 does; the loss's softmax is left out). With full recomputation
+    (``recompute`` code 2 or "full") a layer runs one forward more, the head not: 3/4 of it.
+    What the rules and the report estimate; the cost model balances on its own priced times
+    (:func:`costmodel.stages.stage_plan`)."""
     h, V = float(model.hidden_size), float(model.vocab_size)
     matmul = float(model.attention_params + model.mlp_params)
     attn = 4.0 * seq_length * model.num_attention_heads * model.head_dim
-    return 2.0 * h * V / (2.0 * matmul + attn)
+    share = 2.0 * h * V / (2.0 * matmul + attn)
+    if recompute is None:
+        return share
+    full = np.isin(np.asarray(recompute), (2, "full"))
+    return np.where(full, 0.75 * share, share)
 
 
-def balanced_layers(num_layers, pp, head: float, embedding: float = 0.0):
+#: the slowest stage must shrink by this share for a balanced plan to leave the default split
+#: (a smaller gain is within the cost model's error and only reshuffles layers)
+MIN_BALANCE_GAIN = 0.02
+
+
+def balanced_layers(num_layers, pp, head, embedding=0.0):
     """The split Megatron-Core can express with ``--decoder-first-pipeline-num-layers`` /
     ``--decoder-last-pipeline-num-layers`` (middle stages equal, every stage at least one
     layer) that minimises the slowest stage once the embedding and the LM head + loss are
-    counted as ``embedding`` and ``head`` layers' worth of work: the remedy of moving the
+    counted as ``embedding`` and ``head`` layers' worth of work (numbers or arrays over the
+    configurations): the remedy of moving the
     head's share off the last stage (cost-model.md 7.4; Llama 3 405B's one layer fewer on the
-    first and last stage, Dubey et al. 2024, 3.3.2). Ties keep :func:`stage_layers`'s split.
+    first and last stage, Dubey et al. 2024, 3.3.2). The default split stays unless the
+    slowest stage shrinks by ``MIN_BALANCE_GAIN``.
 
     Returns (first, middle, last, differs): ``differs`` where the split is not the default."""
     L = float(num_layers)
@@ -189,26 +203,13 @@ def balanced_layers(num_layers, pp, head: float, embedding: float = 0.0):
             la = rest - f
             fine = (p >= 2) & (f >= 1) & (la >= 1) & (~has_mid | (c >= 1))
             t = np.where(fine, cost(f, c, la), np.inf)
-            better = t < best - 1e-9
+            better = t < best * (1.0 - MIN_BALANCE_GAIN)
             best = np.where(better, t, best)
             best_f = np.where(better, f, best_f)
             best_c = np.where(better, c, best_c)
             best_l = np.where(better, la, best_l)
     differs = (best_f != d_first) | (best_l != d_last) | ((best_c != d_mid) & has_mid)
     return best_f, np.broadcast_to(best_c, best_f.shape).astype(float), best_l, differs
-
-
-def plan_layers(model, seq_length: int, pp: int, plan: str = "default"
-                ) -> tuple[int, int, int, bool]:
-    """One configuration's (first, middle, last) stage layers for stage plan ``plan``
-    (``default`` or ``balanced``) and whether the balanced plan moves layers: what the launch
-    flags and the report state about the plan the cost model scored."""
-    p = np.array([pp])
-    first, mid, last, _ = stage_layers(model.num_layers, p)
-    bf, bm, bl, moves = balanced_layers(model.num_layers, p, head_share(model, seq_length))
-    if plan == "balanced":
-        first, mid, last = bf, bm, bl
-    return int(first[0]), int(mid[0]), int(last[0]), bool(moves[0])
 
 
 def pipeline_layout(first: int, mid: int, last: int, pp: int, v: int) -> str:

@@ -79,17 +79,18 @@ class StagePlan:
 
 
 def stage_plan(num_layers: int, pp: np.ndarray, balanced: np.ndarray | None = None,
-               head: float = 0.0, v_shape: np.ndarray | None = None) -> StagePlan:
+               head=0.0, v_shape: np.ndarray | None = None, embedding=0.0) -> StagePlan:
     """Megatron's split: even where pp divides the layers, else the middle stages hold
     ceil(L/pp) and the first and last share the rest (``schedule.stage_layers``). Where
     ``balanced`` (the ``stage_plan: balanced`` rows), the first and last stage's layers that
-    balance the stages against the LM head's ``head`` layers' worth of work
-    (``schedule.balanced_layers``): a different plan of the same three groups. Where
+    balance the stages against the LM head's ``head`` and the embedding's ``embedding``
+    layers' worth of work (per configuration: the priced times over a layer's;
+    ``schedule.balanced_layers``): a different plan of the same three groups. Where
     ``v_shape`` (ZB-V, DualPipeV: rank r holds chunks r and 2p - 1 - r), the embedding and
     the loss both sit on rank 0; the last rank holds the V's turn."""
     n_first, n_mid, n_last, ok = stage_layers(float(num_layers), pp)
     if balanced is not None and np.any(balanced):
-        b_first, b_mid, b_last, _ = balanced_layers(float(num_layers), pp, head)
+        b_first, b_mid, b_last, _ = balanced_layers(float(num_layers), pp, head, embedding)
         n_first = np.where(balanced, b_first, n_first)
         n_mid = np.where(balanced, b_mid, n_mid)
         n_last = np.where(balanced, b_last, n_last)

@@ -161,7 +161,8 @@ def plan_layers(ctx: Context, b: ConfigBatch):
     """(first, middle, last, balanced-differs) layers of each row's stage plan."""
     L = ctx.model.num_layers
     first, mid, last, _ = stage_layers(L, b.pp)
-    bf, bm, bl, differs = balanced_layers(L, b.pp, head_share(ctx.model, ctx.training.seq_length))
+    head = head_share(ctx.model, ctx.training.seq_length, b.recompute)
+    bf, bm, bl, differs = balanced_layers(L, b.pp, head)
     bal = b.stage_plan == StagePlanCode.BALANCED
     return (np.where(bal, bf, first), np.where(bal, bm, mid), np.where(bal, bl, last),
             differs)
@@ -435,22 +436,26 @@ VIRTUAL_STAGES_DIVIDE_LAYERS = Rule(
     "interleaved schedule splits the layers evenly into chunks), or, with an uneven stage "
     "plan (a pipeline layout), every middle stage needs virtual_stages layers and the first "
     "and last virtual_stages - 1",
-    _virtual_stages_divide_layers, frozenset({"pp", "virtual_stages", "stage_plan"}),
+    _virtual_stages_divide_layers, frozenset({"pp", "virtual_stages", "stage_plan",
+                                              "recompute"}),
     lambda c, r: f"num_layers/pp = {c.model.num_layers}/{r['pp']}, "
                  f"virtual_stages={r['virtual_stages']}, stage_plan={r['stage_plan']}")
 BALANCED_PLAN_MOVES_LAYERS = Rule(
     "balanced_plan_moves_layers", "stage_plan balanced needs pp > 1 and a split other than "
     "the default (where no whole-layer move shortens the slowest stage the default split is "
-    "already the balanced one)", _balanced_plan_moves_layers, frozenset({"pp", "stage_plan"}),
+    "already the balanced one)", _balanced_plan_moves_layers,
+    frozenset({"pp", "stage_plan", "recompute"}),
     lambda c, r: f"pp={r['pp']}, num_layers={c.model.num_layers}, LM head = "
-                 f"{head_share(c.model, c.training.seq_length):.2f} layers' worth")
+                 f"{float(head_share(c.model, c.training.seq_length, r['recompute'])):.2f} "
+                 "layers' worth")
 ZERO_BUBBLE_NEEDS_PP = Rule(
     "zero_bubble_needs_pp", "the zb-h1, zb-v and dualpipev schedules need pp > 1",
     _zero_bubble_needs_pp, frozenset({"schedule", "pp"}), lambda c, r: f"pp={r['pp']}")
 V_SCHEDULE_CHUNKS = Rule(
     "v_schedule_chunks", "zb-v and dualpipev hold two model chunks per rank (every stage needs "
     "two layers); dualpipev needs an even number of microbatches, at least 2 pp",
-    _v_schedule_chunks, frozenset({"schedule", "pp", "stage_plan", "micro_batch_size", "dp"}),
+    _v_schedule_chunks, frozenset({"schedule", "pp", "stage_plan", "recompute",
+                                   "micro_batch_size", "dp"}),
     lambda c, r: f"schedule={r['schedule']}, pp={r['pp']}, microbatches = {_m(c, r)}")
 INTERLEAVED_MICROBATCHES = Rule(
     "interleaved_microbatches", "with the interleaved schedule the number of microbatches "

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.errors import InputError
-from costmodel.schedule import pipeline_layout, plan_layers, stage_layers
+from costmodel.schedule import pipeline_layout, stage_layers
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 __all__ = [
@@ -125,14 +125,28 @@ def _layers_per_virtual_stage(model: ModelSpec, config: ParallelConfig) -> int:
     return model.num_layers // chunks
 
 
+def _plan(model: ModelSpec, cluster: ClusterSpec | None, training: TrainingSpec | None,
+          config: ParallelConfig) -> tuple[int, int, int]:
+    """(first, middle, last) layers of the stage plan the cost model scores
+    (costmodel.model.plan_of; the default split without the cluster and training)."""
+    if config.stage_plan != "default" and cluster is not None and training is not None:
+        from costmodel.model import plan_of
+
+        return plan_of(model, cluster, training, config)
+    first, mid, last, _ = stage_layers(model.num_layers, config.pp)
+    return int(first), int(mid), int(last)
+
+
 def _uneven_split(model: ModelSpec, config: ParallelConfig,
-                  training: TrainingSpec | None = None) -> tuple[int, int] | None:
+                  training: TrainingSpec | None = None,
+                  cluster: ClusterSpec | None = None) -> tuple[int, int] | None:
     """(first, last) stage layers where pp does not divide the layers or the stage plan is
     balanced and moves layers, else None: the split the cost model scores
-    (costmodel.schedule.stage_layers, plan_layers)."""
-    if config.pp >= 2 and config.stage_plan == "balanced" and training is not None:
-        first, _, last, moves = plan_layers(model, training.seq_length, config.pp, "balanced")
-        if moves:
+    (costmodel.schedule.stage_layers, costmodel.model.plan_of)."""
+    if config.pp >= 2 and config.stage_plan == "balanced" and training is not None \
+            and cluster is not None:
+        first, mid, last = _plan(model, cluster, training, config)
+        if not first == mid == last:
             return first, last
     if config.pp < 2 or model.num_layers % config.pp == 0:
         return None
@@ -180,10 +194,9 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         "--tensor-model-parallel-size", str(config.tp),
         "--pipeline-model-parallel-size", str(config.pp),
     ]
-    split = _uneven_split(model, config, training)
+    split = _uneven_split(model, config, training, cluster)
     if _interleaved(config) and split is not None:  # an uneven plan in chunks: the layout
-        first, mid, last, _ = plan_layers(model, training.seq_length, config.pp,
-                                          config.stage_plan)
+        first, mid, last = _plan(model, cluster, training, config)
         a += ["--pipeline-model-parallel-layout",
               pipeline_layout(first, mid, last, config.pp, config.virtual_stages)]
     elif _interleaved(config):
@@ -363,7 +376,7 @@ def torchtitan_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         a += ["--parallelism.pipeline_parallel_schedule",
               _TORCHTITAN_SCHEDULES.get(config.schedule, "1F1B"),
               "--parallelism.pipeline_parallel_microbatch_size", str(config.micro_batch_size)]
-        a += _torchtitan_stages(model, training, config)
+        a += _torchtitan_stages(model, cluster, training, config)
     local = config.micro_batch_size * m if config.pp > 1 else config.micro_batch_size
     a += [
         "--training.seq_len", str(training.seq_length),
@@ -378,14 +391,14 @@ def torchtitan_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     return a
 
 
-def _torchtitan_stages(model: ModelSpec, training: TrainingSpec, config: ParallelConfig
-                       ) -> list[str]:
+def _torchtitan_stages(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+                       config: ParallelConfig) -> list[str]:
     """torchtitan's stage split: layers per (virtual) stage and, for an uneven plan, how many
     layers fewer the first and last stage hold (``pipeline_parallel_first/last_stage_less_
     layers``; stages = (L + first_less + last_less) / layers_per_stage must tile pp ranks)."""
     chunks = 2 if config.schedule in ("zb-v", "dualpipev") else (
         config.virtual_stages if _interleaved(config) else 1)
-    split = _uneven_split(model, config, training)
+    split = _uneven_split(model, config, training, cluster)
     if split is None:
         if chunks == 1:
             return []
@@ -396,7 +409,7 @@ def _torchtitan_stages(model: ModelSpec, training: TrainingSpec, config: Paralle
                 str(model.num_layers // (config.pp * chunks)),
                 "--parallelism.pipeline_parallel_first_stage_less_layers", "0",
                 "--parallelism.pipeline_parallel_last_stage_less_layers", "0"]
-    first, mid, last, _ = plan_layers(model, training.seq_length, config.pp, config.stage_plan)
+    first, mid, last = _plan(model, cluster, training, config)
     per_stage = max(1, mid // chunks)
     return ["--parallelism.pipeline_parallel_layers_per_stage", str(per_stage),
             "--parallelism.pipeline_parallel_first_stage_less_layers", str(mid - first),
@@ -581,7 +594,7 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
                      f"1F1B; use {_NOT_IN_MEGATRON[config.schedule]}"
                      + ("; torchtitan has no single-stage ZB-H1 (its overrides say 1F1B)"
                         if config.schedule == "zb-h1" else ""))
-        split = _uneven_split(model, config, training)
+        split = _uneven_split(model, config, training, cluster)
         if split is not None:
             megatron = ("--pipeline-model-parallel-layout (the interleaved chunks)"
                         if _interleaved(config) else

@@ -59,22 +59,35 @@ def test_article_case_prints_the_plan_and_its_imbalance():
 
     p = resolve_problem(model="65b", gpus=16, global_batch_size=4)
     c = ParallelConfig(tp=4, pp=4, dp=1, schedule="gpipe")
-    assert plan_layers_of(p.model, p.training, c) == (20, 20, 20, False)
+    assert plan_layers_of(p, c) == (20, 20, 20, False)
     got = [f.message for f in diagnose(p, c, {"stage_imbalance": 1.01, "step_time_s": 1.0,
                                             "time_breakdown_s": {"compute": 1.0},
                                             "bubble_share": 0.0})
            if f.kind == "stage_plan"]
     assert got and "already balanced" in got[0] and "0.31 layers' worth" in got[0]
+    assert "1.0% above the mean" in got[0]
+
+
+L8 = ModelSpec("l8", 32, 4096, 32, 14336, 128256, num_kv_heads=8, gated_mlp=True)
 
 
 def test_balanced_plan_found_for_a_large_vocabulary():
-    # Llama-3-70B-like: 128k vocabulary, h 8192: the head is > 1 layer at s 4096; on pp 8
-    # the balanced plan takes layers off the last stage and the slowest stage gets faster
-    m = ModelSpec("l70", 80, 8192, 64, 28672, 128256, num_kv_heads=8, gated_mlp=True)
-    head = head_share(m, 4096)
-    assert head > 1.0
-    f, mid, la, differs = balanced_layers(80, np.array([8]), head)
-    assert differs[0] and la[0] < 10
+    # Llama-3-8B-like: 128k vocabulary, h 4096: the head is ~1.5 layers; on pp 4 the
+    # balanced plan takes a layer off the last stage (9, 8, 8, 7): the slowest stage and the
+    # step get shorter, the first stage holds more
+    assert head_share(L8, 8192) > 1.0
+    f, mid, la, differs = balanced_layers(32, np.array([4]), head_share(L8, 8192))
+    assert differs[0] and la[0] == 7
+    q = resolve_problem(model=L8, gpus=8, gpu="h100-sxm-80gb", seq_length=8192,
+                        global_batch_size=64)
+    b = ConfigBatch.from_columns(tp=[2, 2], pp=[4, 4], dp=[1, 1], sequence_parallel=[True] * 2,
+                                 stage_plan=[0, 1])
+    ph = run_phases(q.model, q.cluster, q.training, b)
+    assert [ph.plan.stage_layers(i)[1] for i in range(4)] == [9, 8, 8, 7]
+    s = ph.scores
+    assert s.step_time_s[1] < 0.97 * s.step_time_s[0]
+    assert s.stage_imbalance[1] < s.stage_imbalance[0]
+    assert s.peak_memory_bytes[1] > s.peak_memory_bytes[0]
 
 
 def test_zero_bubble_ratio_at_known_points():
@@ -194,11 +207,10 @@ def test_launch_flags_for_plans_and_schedules():
         assert any("Megatron-LM has no" in w for w in launch_warnings(
             cv, model=p.model, cluster=p.cluster, training=p.training))
     # a balanced plan that moves layers: Megatron's first/last flags with its counts
-    big = ModelSpec("l70", 80, 8192, 64, 28672, 128256, num_kv_heads=8, gated_mlp=True)
-    q = resolve_problem(model=big, gpus=64, gpu="h100-sxm-80gb", seq_length=4096,
-                        global_batch_size=128)
-    cb = ParallelConfig(tp=8, pp=8, dp=1, stage_plan="balanced")
+    q = resolve_problem(model=L8, gpus=8, gpu="h100-sxm-80gb", seq_length=8192,
+                        global_batch_size=64)
+    cb = ParallelConfig(tp=2, pp=4, dp=1, stage_plan="balanced", sequence_parallel=True)
     a = megatron_args(q.model, q.cluster, q.training, cb)
-    f, mid, la, moves = plan_layers_of(q.model, q.training, cb)
+    f, mid, la, moves = plan_layers_of(q, cb)
     assert moves and a[a.index("--decoder-last-pipeline-num-layers") + 1] == str(la)
     assert a[a.index("--decoder-first-pipeline-num-layers") + 1] == str(f)
