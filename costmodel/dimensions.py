@@ -365,6 +365,10 @@ def schedule_label(value: Any, cfg: Mapping[str, Any]) -> str:
     return cfg["schedule"]
 
 
+def stage_plan_label(value: Any, cfg: Mapping[str, Any]) -> str:
+    return "-" if value == "default" else str(value)
+
+
 def nccl_label(value: Any, cfg: Mapping[str, Any]) -> str:
     if cfg["nccl_algo"] == "auto" and cfg["nccl_proto"] == "auto":
         return "auto"
@@ -384,5 +388,6 @@ __all__ = [
     "CP_MAX_DEFAULT", "CP_MIN_LOCAL_TOKENS", "CP_MIN_SEQUENCE", "Dimension", "OptunaParam",
     "cp_comm_label", "default_cp", "default_cp_comm_types", "default_micro_batch_sizes", "default_pp", "default_precision",
     "default_tp", "dim", "dimensions_of", "joint_order", "joint_tokens", "layout_token",
-    "nccl_label", "optuna_params", "schedule_label", "schedule_token", "searched", "yes_dash",
+    "nccl_label", "optuna_params", "schedule_label", "schedule_token", "searched",
+    "stage_plan_label", "yes_dash",
 ]

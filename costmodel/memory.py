@@ -127,4 +127,9 @@ def microbatches_in_flight(schedule, pp, m, virtual_stages, stage_index=0) -> np
     chunks = 2.0 * (p - i - 1.0) + (v - 1.0) * p + 1.0
     inter = np.minimum(chunks, m * v) / v
     # without a pipeline (p = 1) every schedule is plain gradient accumulation: one at a time
-    return np.where((sched == 0) & (p > 1), m, np.where(sched == 2, inter, one_f))
+    # ZB-V: 1F1B's first-stage peak, p, on every rank (the V puts the first and the last
+    # stage on rank 0); DualPipeV: PP + 1 chunk micro-batches, p + 1/2 of a rank's layers
+    # (costmodel.schedule; DeepSeek-V3 Table 2)
+    v_shaped = np.minimum(np.where(sched == 5, p + 0.5, p), m)
+    return np.where((sched == 0) & (p > 1), m,
+                    np.where(sched == 2, inter, np.where(sched >= 4, v_shaped, one_f)))

@@ -51,9 +51,15 @@ from costmodel.layers import (  # noqa: F401  (re-exported)
 )
 from costmodel.metrics import Scores
 from costmodel.pricing import peaks_by_precision
-from costmodel.schedule import INTERLEAVED, Timeline, pipeline_timeline
+from costmodel.schedule import (
+    INTERLEAVED,
+    V_SHAPED,
+    Timeline,
+    pipeline_timeline,
+    zero_bubble_ratio,
+)
 from costmodel.shard import Shard, shard_of
-from costmodel.specs import ClusterSpec, ModelSpec, TrainingSpec
+from costmodel.specs import ClusterSpec, ModelSpec, StagePlanCode, TrainingSpec
 from costmodel.stage_memory import (  # noqa: F401  (re-exported)
     FP8_WEIGHT_CACHE_BYTES,
     MemoryResult,
@@ -118,21 +124,25 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     shard = shard_of(model, training, batch, cluster.gpus_per_node)
     sharded = sharding(fw, batch.precision, batch.zero_stage, grad_batch.dp)
     sched = batch.schedule
-    v = np.where(sched == INTERLEAVED, batch.virtual_stages, 1).astype(float)
+    # model chunks per rank: the interleaved schedule's v, two for the V-shaped schedules
+    v = np.where(sched == INTERLEAVED, batch.virtual_stages,
+                 np.where(np.isin(sched, V_SHAPED), 2, 1)).astype(float)
     m = float(training.global_batch_size) / (shard.micro_batch * batch.dp.astype(float))
     ea = ACT_BYTES[batch.precision]
 
     layer, distinct = price_distinct_layers(model, training, eff, fw, gpu, system, batch, groups)
     layer = accumulate_gradients(layer, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
-    plan = stage_plan(model.num_layers, batch.pp)
+    head, emb = _end_shares(layer)
+    plan = stage_plan(model.num_layers, batch.pp, batch.stage_plan == StagePlanCode.BALANCED,
+                      head, np.isin(sched, V_SHAPED), emb)
     # Megatron-Core's interleaved schedule overlaps p2p with the next chunk's compute
     # (--overlap-p2p-communication, on by default since 2023): the share overlap hides
     p2p_exposed = np.where(training.overlap_p2p_comm & (v > 1), 1.0 - eff.overlap_hidden, 1.0)
     pipe = pipeline_comm(system, fw, comm, batch, groups, shard.tokens * shard.hidden * ea, v,
                          p2p_exposed)
     st = stage_times(plan, layer, pipe)
-    timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v)
+    timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v, zb_ratio(layer, sched))
     steady = steady_state(st, layer, timeline.steady_s, m)
     params = stage_params(plan, model, training, shard.vocab, shard.tp)
     dp = data_parallel_step(comm, grad_batch, groups, fw, eff, training, sharded, params.largest,
@@ -148,6 +158,33 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                             m, peak, eff, n_gpus, ref)
     return Phases(fw, groups, shard, sharded, layer, distinct, plan, pipe, st, timeline, steady,
                   params, dp, mem, scores)
+
+
+def _end_shares(layer: LayerCosts) -> tuple[np.ndarray, np.ndarray]:
+    """The LM head's (with the loss) and the embedding's micro-batch time in layers' worth:
+    what a balanced stage plan balances against (0 where a layer's time is not finite)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        head = layer.head_s / layer.total_s
+        emb = layer.embedding_s / layer.total_s
+    return (np.where(np.isfinite(head), head, 0.0), np.where(np.isfinite(emb), emb, 0.0))
+
+
+def plan_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, config
+            ) -> tuple[int, int, int]:
+    """(first, middle, last) stage layers of the plan the cost model scores for one
+    ParallelConfig (what the launch flags and the report state)."""
+    ph = run_phases(model, cluster, training, ConfigBatch.from_configs([config]))
+    first, last, middle = (int(g.layers[0]) for g in ph.plan.groups)
+    return first, middle, last
+
+
+def zb_ratio(layer: LayerCosts, sched) -> np.ndarray:
+    """A split-backward schedule's bubble over 1F1B's from a layer's passes: T_F the
+    forward, T_B the input gradient (half the backward's GEMMs, Qi et al. 2023 take
+    T_B = T_W) with the recomputed forward that precedes it, T_W the weight gradient (the
+    other half)."""
+    half = 0.5 * layer.backward_s
+    return zero_bubble_ratio(layer.forward_s, half + layer.recompute_s, half, sched)
 
 
 def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch: ConfigBatch,

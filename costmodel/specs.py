@@ -34,6 +34,7 @@ from costmodel.dimensions import (
     nccl_label,
     schedule_label,
     schedule_token,
+    stage_plan_label,
     yes_dash,
 )
 from costmodel.errors import InputError, did_you_mean
@@ -41,11 +42,15 @@ from costmodel.nccl_grammar import parse_nccl_setting
 
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
-SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "dualpipev")
 #: Megatron-Core --cp-comm-type values (TransformerConfig.cp_comm_type; TE's dispatcher
 #: spells the all-gather type ``all_gather``): ring of K/V sends overlapped with attention,
 #: all-gather of K/V, Ulysses all-to-all, hierarchical all-to-all inside + ring across
 CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "a2a+p2p")
+# Where the pipeline's layers sit (costmodel.stages.stage_plan): Megatron's default split, or
+# the first and last stage's layer counts that balance the stages once the embedding and the
+# LM head + loss are counted in layers' worth of work (costmodel.schedule.balanced_layers)
+STAGE_PLANS: tuple[str, ...] = ("default", "balanced")
 
 
 class Precision(IntEnum):
@@ -81,6 +86,16 @@ class Schedule(IntEnum):
     GPIPE = 0
     ONE_F_ONE_B = 1
     INTERLEAVED = 2
+    ZB_H1 = 3
+    ZB_V = 4
+    DUALPIPE_V = 5
+
+
+class StagePlanCode(IntEnum):
+    """Codes of ``ConfigBatch.stage_plan``: indexes into :data:`STAGE_PLANS`."""
+
+    DEFAULT = 0
+    BALANCED = 1
 
 
 NCCL_ALGOS: tuple[str, ...] = ("auto", "ring", "tree", "nvls", "nvlstree", "collnet", "pat")
@@ -530,6 +545,12 @@ class ParallelConfig:
     virtual_stages: int = dim(INT, 1, "model chunks per pipeline stage, interleaved schedule",
                               space_default=(1, 2, 4), expand_rank=5,
                               optuna=OptunaParam("schedule", 5))
+    stage_plan: str = dim(CHOICE, "default", "layers per pipeline stage: Megatron's default "
+                          "split, or first/last stages balanced against the embedding and "
+                          "the LM head", values=STAGE_PLANS, codes=StagePlanCode,
+                          space_default=("default",), expand_rank=11,
+                          optuna=OptunaParam("stage_plan", 11), new=True,
+                          column=Column("plan", 95, stage_plan_label, left=True))
     nccl_algo: str = dim(STRING, "auto", "the NCCL_ALGO setting", values=NCCL_ALGOS,
                          parse=nccl_algo_value, grammar=_nccl_grammar_text(NCCL_ALGOS),
                          expand_rank=8, optuna=OptunaParam("nccl_algo", 7),

@@ -19,7 +19,7 @@ import numpy as np
 
 from costmodel.layers import LayerCosts
 from costmodel.pricing import P2P, Axis, Kernel, price
-from costmodel.schedule import stage_layers
+from costmodel.schedule import balanced_layers, stage_layers
 
 
 def select(mask, a, b=0.0):
@@ -63,6 +63,7 @@ class StagePlan:
     pp: np.ndarray
     groups: tuple[StageGroup, ...]
     splittable: np.ndarray  # False where no split gives every stage a layer
+    v_shape: np.ndarray | None = None  # V-shaped schedules: the loss on rank 0 too
 
     @property
     def single(self) -> np.ndarray:
@@ -77,22 +78,36 @@ class StagePlan:
         return out
 
 
-def stage_plan(num_layers: int, pp: np.ndarray) -> StagePlan:
+def stage_plan(num_layers: int, pp: np.ndarray, balanced: np.ndarray | None = None,
+               head=0.0, v_shape: np.ndarray | None = None, embedding=0.0) -> StagePlan:
     """Megatron's split: even where pp divides the layers, else the middle stages hold
-    ceil(L/pp) and the first and last share the rest (``schedule.stage_layers``)."""
+    ceil(L/pp) and the first and last share the rest (``schedule.stage_layers``). Where
+    ``balanced`` (the ``stage_plan: balanced`` rows), the first and last stage's layers that
+    balance the stages against the LM head's ``head`` and the embedding's ``embedding``
+    layers' worth of work (per configuration: the priced times over a layer's;
+    ``schedule.balanced_layers``): a different plan of the same three groups. Where
+    ``v_shape`` (ZB-V, DualPipeV: rank r holds chunks r and 2p - 1 - r), the embedding and
+    the loss both sit on rank 0; the last rank holds the V's turn."""
     n_first, n_mid, n_last, ok = stage_layers(float(num_layers), pp)
+    if balanced is not None and np.any(balanced):
+        b_first, b_mid, b_last, _ = balanced_layers(float(num_layers), pp, head, embedding)
+        n_first = np.where(balanced, b_first, n_first)
+        n_mid = np.where(balanced, b_mid, n_mid)
+        n_last = np.where(balanced, b_last, n_last)
     single = pp == 1
     yes, no = np.ones(pp.shape, bool), np.zeros(pp.shape, bool)
+    head_first = single if v_shape is None or not np.any(v_shape) else single | v_shape
+    head_last = yes if v_shape is None or not np.any(v_shape) else ~v_shape
     first = StageGroup("first", np.zeros(pp.shape, np.int64), np.ones(pp.shape, np.int64),
-                       n_first, yes, single, wins_time_ties=False)
-    last = StageGroup("last", pp - 1, np.where(single, 0, 1), n_last, no, yes,
+                       n_first, yes, head_first, wins_time_ties=False)
+    last = StageGroup("last", pp - 1, np.where(single, 0, 1), n_last, no, head_last,
                       wins_time_ties=True)
     # the second stage represents the middle ones: a full middle stage with one micro-batch
     # fewer in flight than the first; it holds the most when the first stage has fewer layers
     # (uneven split)
     middle = StageGroup("middle", np.minimum(1, pp - 1), np.maximum(pp - 2, 0), n_mid, no, no,
                         wins_time_ties=False)
-    return StagePlan(pp, (first, last, middle), ok)
+    return StagePlan(pp, (first, last, middle), ok, v_shape)
 
 
 # ---- per-step gradient accumulation ---------------------------------------------------------
@@ -151,15 +166,16 @@ def pipeline_comm(system, fw, comm, batch, groups, act_bytes, v, exposed=1.0
     # first, the reverse on the last); the first and last stage receive one tensor fewer
     # (2v - 1 re-gathers), a middle stage 2v
     pp_on = batch.pp > 1
-    edge = np.where(pp_on, 2.0 * v * p2p_one + (2.0 * v - 1.0) * regroup, 0.0)
-    middle = np.where(pp_on, 2.0 * v * (p2p_one + regroup), 0.0)
+    one = p2p_one  # the exposed share (``exposed``) is applied above
+    edge = np.where(pp_on, 2.0 * v * one + (2.0 * v - 1.0) * regroup, 0.0)
+    middle = np.where(pp_on, 2.0 * v * (one + regroup), 0.0)
     # DeepSpeed frees a sent activation's full tensor and re-gathers it from its partition for
     # the backward (PipelineEngine._exec_backward_pass: part_output.full()): one more
     # re-gather per micro-batch on every stage but the last
     out_regroup = np.where(pp_on, v * regroup, 0.0) if fw.pipeline.pipe_regather_output else 0.0
     # a middle stage of a framework with serial blocking p2p (DeepSpeed) pays 4 transfers
     # (serial transfers add no re-gathers)
-    serial = (2.0 * v * p2p_one if fw.pipeline.serial_p2p else np.zeros(p2p_one.shape))
+    serial = (2.0 * v * one if fw.pipeline.serial_p2p else np.zeros(p2p_one.shape))
     return PipelineComm(p2p_bytes, p2p_one, regroup, edge, middle, out_regroup, serial)
 
 
@@ -254,7 +270,8 @@ def stage_params(plan: StagePlan, model, training, vocab, tp) -> StageParams:
     h = float(model.hidden_size)
     layer_params = float(model.params_per_layer)
     emb_params = vocab * h
-    head_params = np.where(model.tied_embeddings & (plan.pp == 1), 0.0, vocab * h)
+    one_rank = plan.pp == 1 if plan.v_shape is None else (plan.pp == 1) | plan.v_shape
+    head_params = np.where(model.tied_embeddings & one_rank, 0.0, vocab * h)
     pos_params = float(model.position_params(training.seq_length))
     norm_params = float(model.hidden_size * (2 if model.normalization == "layernorm" else 1))
     out, largest = [], None

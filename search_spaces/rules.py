@@ -21,7 +21,7 @@ from costmodel.batch import ConfigBatch
 from costmodel.cp import cp_a2a_size
 from costmodel.errors import InputError
 from costmodel.nccl_grammar import COLLECTIVES, candidate_pairs, parse_nccl_setting
-from costmodel.schedule import stage_layers
+from costmodel.schedule import balanced_layers, head_share, stage_layers
 from costmodel.specs import (
     PARALLEL_DIMENSIONS,
     PRECISIONS,
@@ -31,6 +31,7 @@ from costmodel.specs import (
     ParallelConfig,
     Precision,
     Schedule,
+    StagePlanCode,
     TrainingSpec,
 )
 from search_spaces.space import batch_from_choices
@@ -197,10 +198,51 @@ def _interleaved_needs_pp(ctx: Context, b: ConfigBatch) -> np.ndarray:
     return np.where(inter, (b.pp > 1) & (b.virtual_stages > 1), b.virtual_stages == 1)
 
 
+def plan_layers(ctx: Context, b: ConfigBatch):
+    """(first, middle, last, balanced-differs) layers of each row's stage plan."""
+    L = ctx.model.num_layers
+    first, mid, last, _ = stage_layers(L, b.pp)
+    head = head_share(ctx.model, ctx.training.seq_length, b.recompute)
+    bf, bm, bl, differs = balanced_layers(L, b.pp, head)
+    bal = b.stage_plan == StagePlanCode.BALANCED
+    return (np.where(bal, bf, first), np.where(bal, bm, mid), np.where(bal, bl, last),
+            differs)
+
+
 def _virtual_stages_divide_layers(ctx: Context, b: ConfigBatch) -> np.ndarray:
     # Megatron's interleaved schedule splits the layers evenly into pp * v chunks
-    # (--num-layers-per-virtual-pipeline-stage); an uneven split is 1F1B/GPipe only here
-    return (b.virtual_stages == 1) | _divides(ctx.model.num_layers, b.pp * b.virtual_stages)
+    # (--num-virtual-stages-per-pipeline-rank); an uneven plan (the default split where pp
+    # does not divide the layers, or a balanced one) goes through
+    # --pipeline-model-parallel-layout, whose chunks may hold any number of layers and one
+    # of which may hold the embedding or the loss alone (Llama 3 405B: 7 layers on the first
+    # and last stage as E + 7 chunks of one): every middle stage needs v layers, the first and
+    # the last v - 1
+    v = b.virtual_stages
+    even = (b.stage_plan == StagePlanCode.DEFAULT) & _divides(ctx.model.num_layers, b.pp * v)
+    first, mid, last, _ = plan_layers(ctx, b)
+    plan_uneven = (first != last) | ((b.pp >= 3) & ((first != mid) | (last != mid)))
+    uneven = plan_uneven & (first >= v - 1) & (last >= v - 1) & ((b.pp <= 2) | (mid >= v))
+    return (v == 1) | even | uneven
+
+
+def _balanced_plan_moves_layers(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # a balanced plan that keeps the default split is the same configuration
+    return (b.stage_plan == StagePlanCode.DEFAULT) | ((b.pp > 1) & plan_layers(ctx, b)[3])
+
+
+def _zero_bubble_needs_pp(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    return (b.schedule < Schedule.ZB_H1) | (b.pp > 1)
+
+
+def _v_schedule_chunks(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # ZB-V and DualPipeV put two model chunks on every rank: each stage needs two layers;
+    # DualPipeV also needs an even number of micro-batches, at least 2 pp (DualPipe README)
+    v_shaped = (b.schedule == Schedule.ZB_V) | (b.schedule == Schedule.DUALPIPE_V)
+    first, mid, last, _ = plan_layers(ctx, b)
+    two = (first >= 2) & (last >= 2) & ((b.pp <= 2) | (mid >= 2))
+    m, whole = _microbatches(ctx, b)
+    dual = (b.schedule != Schedule.DUALPIPE_V) | ~whole | ((m % 2 == 0) & (m >= 2 * b.pp))
+    return ~v_shaped | (two & dual)
 
 
 def _microbatches(ctx: Context, b: ConfigBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -430,10 +472,30 @@ INTERLEAVED_NEEDS_PP = Rule(
                  f"virtual_stages={r['virtual_stages']}")
 VIRTUAL_STAGES_DIVIDE_LAYERS = Rule(
     "virtual_stages_divide_layers", "pp * virtual_stages must divide num_layers (the "
-    "interleaved schedule splits the layers evenly into chunks)",
-    _virtual_stages_divide_layers, frozenset({"pp", "virtual_stages"}),
+    "interleaved schedule splits the layers evenly into chunks), or, with an uneven stage "
+    "plan (a pipeline layout), every middle stage needs virtual_stages layers and the first "
+    "and last virtual_stages - 1",
+    _virtual_stages_divide_layers, frozenset({"pp", "virtual_stages", "stage_plan",
+                                              "recompute"}),
     lambda c, r: f"num_layers/pp = {c.model.num_layers}/{r['pp']}, "
-                 f"virtual_stages={r['virtual_stages']}")
+                 f"virtual_stages={r['virtual_stages']}, stage_plan={r['stage_plan']}")
+BALANCED_PLAN_MOVES_LAYERS = Rule(
+    "balanced_plan_moves_layers", "stage_plan balanced needs pp > 1 and a split other than "
+    "the default (where no whole-layer move shortens the slowest stage the default split is "
+    "already the balanced one)", _balanced_plan_moves_layers,
+    frozenset({"pp", "stage_plan", "recompute"}),
+    lambda c, r: f"pp={r['pp']}, num_layers={c.model.num_layers}, LM head = "
+                 f"{float(head_share(c.model, c.training.seq_length, r['recompute'])):.2f} "
+                 "layers' worth")
+ZERO_BUBBLE_NEEDS_PP = Rule(
+    "zero_bubble_needs_pp", "the zb-h1, zb-v and dualpipev schedules need pp > 1",
+    _zero_bubble_needs_pp, frozenset({"schedule", "pp"}), lambda c, r: f"pp={r['pp']}")
+V_SCHEDULE_CHUNKS = Rule(
+    "v_schedule_chunks", "zb-v and dualpipev hold two model chunks per rank (every stage needs "
+    "two layers); dualpipev needs an even number of microbatches, at least 2 pp",
+    _v_schedule_chunks, frozenset({"schedule", "pp", "stage_plan", "recompute",
+                                   "micro_batch_size", "dp"}),
+    lambda c, r: f"schedule={r['schedule']}, pp={r['pp']}, microbatches = {_m(c, r)}")
 INTERLEAVED_MICROBATCHES = Rule(
     "interleaved_microbatches", "with the interleaved schedule the number of microbatches "
     "(global_batch_size / (micro_batch_size * dp)) must be a multiple of pp",
@@ -468,6 +530,7 @@ NCCL_GATES = Rule(
 ALL_RULES: tuple[Rule, ...] = (
     WORLD_SIZE, TP_DIVIDES_HEADS, TP_DIVIDES_FFN, TP_WITHIN_NODE, PP_SPLITS_LAYERS,
     BATCH_DIVISIBLE, INTERLEAVED_NEEDS_PP, VIRTUAL_STAGES_DIVIDE_LAYERS,
+    BALANCED_PLAN_MOVES_LAYERS, ZERO_BUBBLE_NEEDS_PP, V_SCHEDULE_CHUNKS,
     INTERLEAVED_MICROBATCHES, SP_NEEDS_TP, FP8_HARDWARE, FP8_ALIGNMENT, PRECISION_HARDWARE,
     ZERO3_NO_PP, ZERO_NEEDS_DP, NCCL_GATES, CP_WITHIN_WORLD, CP_SPLITS_SEQUENCE,
     CP_NEEDS_FLASH_ATTENTION, CP_COMM_TYPE,

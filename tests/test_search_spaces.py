@@ -152,11 +152,16 @@ def test_virtual_stages_divide_layers() -> None:
                                                     virtual_stages=3)  # 20 % 3 = 2
     assert explain(CTX, {"tp": 4, "pp": 4, "schedule": "interleaved",
                          "virtual_stages": 5}) == []  # 20 % 5 = 0
-    # an uneven split (80 layers on 3 stages) is 1F1B/GPipe only: interleaving needs
-    # pp * virtual_stages to divide the layers
+    # an uneven split (80 layers on 3 stages: 27, 27, 26) interleaves through a pipeline
+    # layout (issue 21): every middle stage needs v layers, the first and last v - 1
     ctx = Context(LLAMA_65B, cluster(nodes=3), TRAIN)
-    got = broken(ctx, tp=8, pp=3, schedule="interleaved", virtual_stages=2)
-    assert "pp_splits_layers" not in got and "virtual_stages_divide_layers" in got
+    assert "virtual_stages_divide_layers" not in broken(ctx, tp=8, pp=3, schedule="interleaved",
+                                                        virtual_stages=2)
+    assert "virtual_stages_divide_layers" in broken(ctx, tp=8, pp=3, schedule="interleaved",
+                                                    virtual_stages=28)
+    # an even split keeps the even-chunk rule: 10 layers per stage on pp 8 in 4 chunks
+    assert "virtual_stages_divide_layers" in broken(CTX, tp=2, pp=8, schedule="interleaved",
+                                                    virtual_stages=4)
 
 
 def test_interleaved_microbatches_multiple_of_pp() -> None:
@@ -300,9 +305,13 @@ def test_default_space_offers_uneven_pipeline_splits() -> None:
     space = default_space(l405, ctx.cluster, ctx.training)
     assert {8, 16, 64} <= set(space.pp) and max(space.pp) <= 126
     assert explain(ctx, {"tp": 8, "pp": 16}) == []
-    # interleaving still needs pp * virtual_stages to divide the layers
+    # interleaving the uneven split (7, 8 x 14, 7) with any v up to 8 (issue 21)
+    for v in (2, 3, 4, 8):
+        assert "virtual_stages_divide_layers" not in broken(ctx, tp=8, pp=16,
+                                                            schedule="interleaved",
+                                                            virtual_stages=v), v
     assert "virtual_stages_divide_layers" in broken(ctx, tp=8, pp=16, schedule="interleaved",
-                                                    virtual_stages=2)
+                                                    virtual_stages=9)
 
 
 def test_default_space_caps() -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.errors import InputError
-from costmodel.schedule import stage_layers
+from costmodel.schedule import pipeline_layout, stage_layers
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from optimizer.launch.model_facts import model_facts
 
@@ -75,7 +75,13 @@ _VOCAB_DIVISIBLE_BY = 128
 _DS_FP16 = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16,
             "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1}
 _DS_GRADIENT_CLIPPING = 1.0
-_TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B"}
+_TORCHTITAN_SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "Interleaved1F1B",
+                         "zb-v": "ZBVZeroBubble", "dualpipev": "DualPipeV"}
+# schedules Megatron-LM main does not have (modern-training.md 3.1, 3.2)
+_NOT_IN_MEGATRON = {"zb-h1": "the sail-sg zero-bubble fork's --enable-zero-bubble",
+                    "zb-v": "the sail-sg fork's --enable-zero-bubble --zero-bubble-v-schedule, "
+                            "or torchtitan's ZBVZeroBubble",
+                    "dualpipev": "torchtitan's DualPipeV or deepseek-ai/DualPipe"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -131,9 +137,29 @@ def _layers_per_virtual_stage(model: ModelSpec, config: ParallelConfig) -> int:
     return model.num_layers // chunks
 
 
-def _uneven_split(model: ModelSpec, config: ParallelConfig) -> tuple[int, int] | None:
-    """(first, last) stage layers where pp does not divide the layers, else None: the split
-    the cost model scores (costmodel.schedule.stage_layers)."""
+def _plan(model: ModelSpec, cluster: ClusterSpec | None, training: TrainingSpec | None,
+          config: ParallelConfig) -> tuple[int, int, int]:
+    """(first, middle, last) layers of the stage plan the cost model scores
+    (costmodel.model.plan_of; the default split without the cluster and training)."""
+    if config.stage_plan != "default" and cluster is not None and training is not None:
+        from costmodel.model import plan_of
+
+        return plan_of(model, cluster, training, config)
+    first, mid, last, _ = stage_layers(model.num_layers, config.pp)
+    return int(first), int(mid), int(last)
+
+
+def _uneven_split(model: ModelSpec, config: ParallelConfig,
+                  training: TrainingSpec | None = None,
+                  cluster: ClusterSpec | None = None) -> tuple[int, int] | None:
+    """(first, last) stage layers where pp does not divide the layers or the stage plan is
+    balanced and moves layers, else None: the split the cost model scores
+    (costmodel.schedule.stage_layers, costmodel.model.plan_of)."""
+    if config.pp >= 2 and config.stage_plan == "balanced" and training is not None \
+            and cluster is not None:
+        first, mid, last = _plan(model, cluster, training, config)
+        if not first == mid == last:
+            return first, last
     if config.pp < 2 or model.num_layers % config.pp == 0:
         return None
     first, _, last, ok = stage_layers(model.num_layers, config.pp)
@@ -210,11 +236,15 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         "--tensor-model-parallel-size", str(config.tp),
         "--pipeline-model-parallel-size", str(config.pp),
     ]
-    if _interleaved(config):
+    split = _uneven_split(model, config, training, cluster)
+    if _interleaved(config) and split is not None:  # an uneven plan in chunks: the layout
+        first, mid, last = _plan(model, cluster, training, config)
+        a += ["--pipeline-model-parallel-layout",
+              pipeline_layout(first, mid, last, config.pp, config.virtual_stages)]
+    elif _interleaved(config):
         a += ["--num-layers-per-virtual-pipeline-stage",
               str(_layers_per_virtual_stage(model, config))]
-    split = _uneven_split(model, config)
-    if split is not None:  # Megatron-Core: the middle stages split the rest evenly
+    elif split is not None:  # Megatron-Core: the middle stages split the rest evenly
         a += ["--decoder-first-pipeline-num-layers", str(split[0]),
               "--decoder-last-pipeline-num-layers", str(split[1])]
     a += _megatron_context_parallel(model, cluster, config)
@@ -431,19 +461,27 @@ TORCHTITAN_MODULE = "paraplan_torchtitan"  # the config registry module the bund
 TORCHTITAN_CONFIG = "paraplan"  # its config function
 
 
-def _torchtitan_split(model: ModelSpec, config: ParallelConfig) -> tuple[int, int, int]:
+def _torchtitan_split(model: ModelSpec, config: ParallelConfig,
+                      training: TrainingSpec | None = None, cluster: ClusterSpec | None = None
+                      ) -> tuple[int, int, int]:
     """(layers per stage, first-stage-less-layers, last-stage-less-layers) that make
     torchtitan's ``_get_pipeline_metadata`` / ``_generate_llm_fqn_per_model_part`` build
-    exactly the stages the cost model scored: ``pp*v`` stages of ``L/(pp*v)`` layers, or for
-    an uneven split ``pp`` stages whose first and last hold fewer layers (the "less layers"
-    weights count the embedding and the output as that many layers)."""
-    if _interleaved(config):
-        return _layers_per_virtual_stage(model, config), 0, 0
-    split = _uneven_split(model, config)
-    c = -(-model.num_layers // config.pp)
+    exactly the stages the cost model scored: ``pp*v`` stages of ``L/(pp*v)`` layers (v = 2
+    for ZB-V and DualPipeV), or for an uneven plan (pp not dividing L, or a balanced plan)
+    ``pp*v`` stages of ``middle/v`` layers whose first and last hold fewer layers (the "less
+    layers" weights count the embedding and the output as that many layers)."""
+    chunks = 2 if config.schedule in ("zb-v", "dualpipev") else (
+        config.virtual_stages if _interleaved(config) else 1)
+    split = _uneven_split(model, config, training, cluster)
     if split is None:
-        return model.num_layers // config.pp, 0, 0
-    return c, c - split[0], c - split[1]
+        if _interleaved(config):
+            return _layers_per_virtual_stage(model, config), 0, 0
+        if model.num_layers % (config.pp * chunks):
+            raise InputError("parallel.pp", f"num_layers={model.num_layers} is not divisible "
+                             f"by pp x {chunks} chunks", "pick pp so that the chunks are equal")
+        return model.num_layers // (config.pp * chunks), 0, 0
+    first, mid, last = _plan(model, cluster, training, config)
+    return max(1, mid // chunks), mid - first, mid - last
 
 
 def torchtitan_refusal(model: ModelSpec, config: ParallelConfig) -> list[str]:
@@ -505,8 +543,10 @@ def torchtitan_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         a.append("--parallelism.enable_sequence_parallel" if config.sequence_parallel
                  else "--parallelism.no_enable_sequence_parallel")
     if config.pp > 1:
-        per_stage, first_less, last_less = _torchtitan_split(model, config)
-        a += ["--parallelism.pipeline_parallel_schedule", _TORCHTITAN_SCHEDULES[config.schedule],
+        per_stage, first_less, last_less = _torchtitan_split(model, config, training, cluster)
+        # torchtitan has no single-stage ZB-H1: 1F1B (launch_warnings says so)
+        a += ["--parallelism.pipeline_parallel_schedule",
+              _TORCHTITAN_SCHEDULES.get(config.schedule, "1F1B"),
               "--parallelism.pipeline_parallel_microbatch_size", str(config.micro_batch_size),
               "--parallelism.pipeline_parallel_layers_per_stage", str(per_stage),
               "--parallelism.pipeline_parallel_first_stage_less_layers", str(first_less),
@@ -802,11 +842,19 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
         if model.num_attention_heads % config.tp or model.num_kv_heads % config.tp:
             w.append(f"Megatron needs num_attention_heads ({model.num_attention_heads}) and "
                      f"num_query_groups ({model.num_kv_heads}) divisible by tp={config.tp}")
-        split = _uneven_split(model, config)
+        if config.schedule in _NOT_IN_MEGATRON:
+            w.append(f"Megatron-LM has no {config.schedule} schedule: the Megatron flags run "
+                     f"1F1B; use {_NOT_IN_MEGATRON[config.schedule]}"
+                     + ("; torchtitan has no single-stage ZB-H1 (its overrides say 1F1B)"
+                        if config.schedule == "zb-h1" else ""))
+        split = _uneven_split(model, config, training, cluster)
         if split is not None:
+            megatron = ("--pipeline-model-parallel-layout (the interleaved chunks)"
+                        if _interleaved(config) else
+                        "--decoder-first/last-pipeline-num-layers")
             w.append(f"uneven pipeline split ({model.num_layers} layers on pp={config.pp}: "
                      f"{split[0]} on the first stage, {split[1]} on the last, the rest evenly): "
-                     "Megatron gets --decoder-first/last-pipeline-num-layers, torchtitan "
+                     f"Megatron gets {megatron}, torchtitan "
                      "first/last_stage_less_layers; Megatron-DeepSpeed needs a partition "
                      "method that counts the embedding and the head as layers (BLOOM's "
                      "type:transformer|embedding), not the default type:transformer")

@@ -251,6 +251,46 @@ def _bubble(problem, c, metrics) -> Finding | None:
                    tuple(n for n, _ in levers))
 
 
+def plan_layers_of(problem, c) -> tuple[int, int, int, bool]:
+    """(first, middle, last) layers of the stage plan the cost model scores for ``c``
+    (costmodel.model.plan_of for a balanced plan), and whether a balanced plan would move
+    layers (the rules' FLOP estimate, costmodel.schedule.head_share)."""
+    import numpy as np
+
+    from costmodel.model import plan_of
+    from costmodel.schedule import balanced_layers, head_share, stage_layers
+
+    model, training = problem.model, problem.training
+    pp = np.array([c.pp])
+    head = head_share(model, training.seq_length, np.array([c.recompute]))
+    moves = bool(balanced_layers(model.num_layers, pp, head)[3][0])
+    if c.stage_plan == "balanced":
+        return (*plan_of(model, problem.cluster, training, c), moves)
+    first, mid, last, _ = stage_layers(model.num_layers, pp)
+    return int(first[0]), int(mid[0]), int(last[0]), moves
+
+
+def _stage_plan(problem, c, metrics) -> Finding | None:
+    """The stage plan in layers, the LM head's share and the imbalance (issue 21)."""
+    model, training = getattr(problem, "model", None), getattr(problem, "training", None)
+    if c.pp <= 1 or model is None or training is None or getattr(problem, "cluster",
+                                                                  None) is None:
+        return None
+    from costmodel.schedule import head_share
+
+    first, mid, last, moves = plan_layers_of(problem, c)
+    head = float(head_share(model, training.seq_length, c.recompute))
+    middle = f", {mid} x {c.pp - 2}" if c.pp >= 3 else ""
+    text = (f"stage plan {c.stage_plan}: {first}{middle}, {last} layers (LM head "
+            f"{head:.2f} layers' worth of FLOPs on the last); slowest stage "
+            f"{metrics.get('stage_imbalance', 1.0) - 1:.1%} above the mean")
+    if c.stage_plan == "default":
+        text += ("; stage_plan balanced moves layers off the last stage" if moves else
+                 "; already balanced: no whole-layer move off the last stage shortens the "
+                 "slowest one")
+    return Finding("stage_plan", text, ("stage_plan",) if moves else ())
+
+
 def _recompute(c, step, tb) -> Finding | None:
     share = tb.get("recompute", 0.0) / step
     if share <= RECOMPUTE_SHARE or c.recompute == "none":
@@ -318,8 +358,11 @@ def diagnose(problem, config: ParallelConfig, metrics: Mapping[str, Any]) -> lis
         out.append(Finding("tp_cross_node", f"the TP group (tp={c.tp}) crosses nodes of {gpn} "
                                             f"GPUs: keep tp <= {gpn} so its per-layer "
                                             "collectives stay on NVLink", ("tp_in_node",)))
+    plan = _stage_plan(problem, c, metrics)
+    if plan is not None:
+        out.append(plan)
     imb = metrics.get("stage_imbalance", 1.0)
-    if c.pp > 1 and imb > IMBALANCE:
+    if c.pp > 1 and imb > IMBALANCE and c.stage_plan == "default":
         out.append(Finding("imbalance",
                            f"slowest pipeline stage is {imb - 1:.0%} above the mean (embedding "
                            "/ LM head stages): move layers off the first/last stage "

@@ -301,6 +301,7 @@ def _cluster(raw: Any, base_dir: Path) -> ClusterSpec:
 
 def _definition(problem, space, objectives, search: Mapping[str, Any]) -> dict[str, Any]:
     inputs = problem.inputs_json()
+
     return {"schema_version": STUDY_SCHEMA_VERSION, "inputs": inputs,
             "space": {k: list(v) for k, v in space.fingerprint_dict().items()},
             "objectives": [list(o) for o in objectives], "search": dict(search)}

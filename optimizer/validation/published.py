@@ -273,13 +273,14 @@ class FrameworkFlags:
     overlap_grad_reduce: bool
     framework: str = "megatron"
     tp_comm_overlap: bool = False
+    overlap_p2p_comm: bool = False  # interleaved p2p behind compute (NVIDIA recipes)
 
 
 _MEGATRON_2021 = FrameworkFlags(flash_attention=False, dropout=True, overlap_grad_reduce=False)
 _DEEPSPEED_NO_DROPOUT = FrameworkFlags(False, False, False, "deepspeed")
 _DEEPSPEED = FrameworkFlags(False, True, False, "deepspeed")
 _MODERN = FrameworkFlags(True, False, True)
-_MCORE = FrameworkFlags(True, False, True, tp_comm_overlap=True)
+_MCORE = FrameworkFlags(True, False, True, tp_comm_overlap=True, overlap_p2p_comm=True)
 _FSDP = FrameworkFlags(True, False, True, "fsdp")
 
 # group prefix -> flags (see the module docstring's table)
@@ -855,6 +856,21 @@ def skip_category(reason: str) -> str:
     return r.split(":")[0]
 
 
+def _uneven_interleaves(spec: ModelSpec, pp: int, vpp: int) -> bool:
+    """Whether Megatron's uneven split of ``spec``'s layers on ``pp`` stages interleaves in
+    ``vpp`` chunks through a pipeline layout (the rule ``virtual_stages_divide_layers``):
+    Megatron-Bridge's Llama 3.1 405B, 126 layers on pp 16 (7, 8 x 14, 7: the embedding and the
+    loss counted as a layer each) in 4 or 8 chunks."""
+    import numpy as np
+
+    from costmodel.schedule import stage_layers
+
+    first, mid, last, ok = (float(x[0]) for x in stage_layers(spec.num_layers, np.array([pp])))
+    uneven = first != last or (pp >= 3 and (first != mid or last != mid))
+    return (bool(ok) and uneven and first >= vpp - 1 and last >= vpp - 1
+            and (pp <= 2 or mid >= vpp))
+
+
 def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run:
     """Map one ``published_runs.yaml`` / ``published_runs_2026.yaml`` entry; raises
     :class:`SkipEntry` with the reason."""
@@ -923,9 +939,9 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
         precision, recipe = precision_of(par, nemo=nemo)
         recompute = recompute_of(par, model, nemo=nemo)
         zero = zero_of(par, nemo=nemo)
-    if vpp > 1 and spec.num_layers % (pp * vpp):
+    if vpp > 1 and spec.num_layers % (pp * vpp) and not _uneven_interleaves(spec, pp, vpp):
         raise SkipEntry(f"uneven interleaved split: {spec.num_layers} layers on pp {pp} x vpp "
-                        f"{vpp} chunks: not modelled yet (issue 21)")
+                        f"{vpp} chunks: no pipeline layout gives every chunk a layer")
     if zero >= 3 and pp > 1:
         raise SkipEntry(f"ZeRO-3/FSDP with pp > 1 (pp={pp}): not modelled yet (issue 21)")
     sp = _bool_field(par.get("sequence_parallel"))
