@@ -22,7 +22,7 @@ model) on the communication group's real geometry from :mod:`costmodel.topology`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -61,6 +61,7 @@ from costmodel.stage_memory import (  # noqa: F401  (re-exported)
     peak_memory,
 )
 from costmodel.stages import (
+    PartialRecompute,
     PipelineComm,
     StageParams,
     StagePlan,
@@ -110,7 +111,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     groups = resolve_groups(cluster, batch.tp, batch.pp, batch.dp, model.tied_embeddings)
     comm = Collectives(system, batch, groups.layout)
     shard = shard_of(model, training, batch)
-    sharded = sharding(fw, batch.precision, batch.zero_stage, batch.dp)
+    sharded = sharding(fw, batch.precision, batch.zero_stage, batch.dp, batch.pp)
     sched = batch.schedule
     v = np.where(sched == INTERLEAVED, batch.virtual_stages, 1).astype(float)
     m = float(training.global_batch_size) / (shard.micro_batch * sharded.dp)
@@ -121,9 +122,11 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                                  model.tied_embeddings & (batch.pp == 1))
     plan = stage_plan(model.num_layers, batch.pp)
     pipe = pipeline_comm(system, fw, comm, batch, groups, shard.tokens * shard.hidden * ea, v)
-    st = stage_times(plan, layer, pipe)
+    partial = partial_recompute(model, training, eff, fw, gpu, system, batch, groups, m,
+                                sharded, v)
+    st = stage_times(plan, layer, pipe, partial)
     timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v)
-    steady = steady_state(st, layer, timeline.steady_s, m)
+    steady = steady_state(st, layer, timeline.steady_s, m, partial)
     params = stage_params(plan, model, training, shard.vocab, shard.tp)
     dp = data_parallel_step(comm, batch, groups, fw, eff, training, sharded, params.largest,
                             plan.groups[0].layers, layer, steady, m, shard.vocab, shard.hidden,
@@ -137,6 +140,21 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                             m, peak, eff, n_gpus)
     return Phases(fw, groups, shard, sharded, layer, distinct, plan, pipe, st, timeline, steady,
                   params, dp, mem, scores)
+
+
+def partial_recompute(model, training, eff, fw, gpu, system, batch: ConfigBatch, groups, m,
+                      sharded: Sharding, v) -> PartialRecompute | None:
+    """The layer's costs without recompute for the configurations that recompute only some
+    layers (``recompute_num_layers`` > 0, Megatron-Core's block method); None where none
+    does (the usual case: no second pricing)."""
+    n = batch.recompute_num_layers
+    if not (n > 0).any():
+        return None
+    plain_batch = replace(batch, recompute=np.zeros_like(batch.recompute))
+    plain, _ = price_distinct_layers(model, training, eff, fw, gpu, system, plain_batch, groups)
+    plain = accumulate_gradients(plain, m, sharded.bf16_optimizer,
+                                 model.tied_embeddings & (batch.pp == 1))
+    return PartialRecompute(n, v, plain)
 
 
 def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch: ConfigBatch,

@@ -38,6 +38,11 @@ from costmodel.errors import InputError, did_you_mean
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+# Megatron-Core's precision-aware optimizer (--use-precision-aware-optimizer): "off" keeps the
+# fp32 Adam moments and main gradients; "bf16_moments" stores exp_avg and exp_avg_sq in bf16
+# (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, DeepSeek-V3 3.3.3); "bf16_moments_grads"
+# also keeps bf16 main gradients (--main-grads-dtype bf16)
+OPTIMIZER_DTYPES: tuple[str, ...] = ("off", "bf16_moments", "bf16_moments_grads")
 
 
 class Precision(IntEnum):
@@ -56,6 +61,27 @@ class Recompute(IntEnum):
     NONE = 0
     SELECTIVE = 1
     FULL = 2
+
+
+def recompute_label(value: Any, config: Mapping[str, Any]) -> str:
+    """The front table's recompute cell: ``full/N`` for N recomputed layers per stage."""
+    n = config.get("recompute_num_layers", 0)
+    return f"{value}/{n}" if value == "full" and n else str(value)
+
+
+def precision_label(value: Any, config: Mapping[str, Any]) -> str:
+    """The front table's precision cell; ``+m16`` (bf16 moments), ``+mg16`` (and gradients)."""
+    opt = config.get("precision_aware_optimizer", "off")
+    return str(value) + {"off": "", "bf16_moments": "+m16"}.get(opt, "+mg16")
+
+
+class OptimizerDtype(IntEnum):
+    """Codes of ``ConfigBatch.precision_aware_optimizer``: indexes into
+    :data:`OPTIMIZER_DTYPES`."""
+
+    OFF = 0
+    BF16_MOMENTS = 1
+    BF16_MOMENTS_GRADS = 2
 
 
 class Schedule(IntEnum):
@@ -455,11 +481,11 @@ class ParallelConfig:
     precision: str = dim(CHOICE, "bf16", "training precision", values=PRECISIONS,
                          codes=Precision, space_default=default_precision, expand_rank=2,
                          optuna=OptunaParam("precision", 6),
-                         column=Column("prec", 90, left=True))
+                         column=Column("prec", 90, precision_label, left=True))
     recompute: str = dim(CHOICE, "none", "activation recomputation", values=RECOMPUTE,
                          codes=Recompute, space_default=RECOMPUTE, expand_rank=10,
                          optuna=OptunaParam("recompute", 2),
-                         column=Column("recompute", 60, left=True))
+                         column=Column("recompute", 60, recompute_label, left=True))
     sequence_parallel: bool = dim(BOOL, False, "Megatron sequence parallelism, with tp > 1",
                                   space_default=(False, True), expand_rank=7,
                                   optuna=OptunaParam("sequence_parallel", 3),
@@ -474,6 +500,15 @@ class ParallelConfig:
     virtual_stages: int = dim(INT, 1, "model chunks per pipeline stage, interleaved schedule",
                               space_default=(1, 2, 4), expand_rank=5,
                               optuna=OptunaParam("schedule", 5))
+    recompute_num_layers: int = dim(
+        INT, 0, "with recompute full: layers per pipeline stage recomputed (Megatron "
+        "--recompute-method block --recompute-num-layers N; the others keep their "
+        "activations); 0: every layer (--recompute-method uniform --recompute-num-layers 1)",
+        minimum=0, expand_rank=11, optuna=OptunaParam("recompute_num_layers", 9))
+    precision_aware_optimizer: str = dim(
+        CHOICE, "off", "Megatron-Core's precision-aware optimizer: bf16 Adam moments, and "
+        "bf16 main gradients too", values=OPTIMIZER_DTYPES, codes=OptimizerDtype,
+        expand_rank=12, optuna=OptunaParam("precision_aware_optimizer", 10))
     nccl_algo: str = dim(STRING, "auto", "the NCCL_ALGO setting", values=NCCL_ALGOS,
                          expand_rank=8, optuna=OptunaParam("nccl_algo", 7),
                          column=Column("NCCL", 100, nccl_label, left=True))

@@ -95,6 +95,15 @@ def stage_plan(num_layers: int, pp: np.ndarray) -> StagePlan:
     return StagePlan(pp, (first, last, middle), ok)
 
 
+def recomputed_layers(layers, n, v):
+    """Layers a stage recomputes under Megatron-Core's block method: the first ``n`` of each
+    of its ``v`` model chunks (``--recompute-method block --recompute-num-layers n``;
+    TransformerBlock._checkpointed_forward), every layer where ``n`` is 0."""
+    v = np.asarray(v, dtype=float)
+    per_chunk = np.minimum(np.asarray(n, dtype=float), layers / v)
+    return np.where(np.asarray(n) > 0, v * per_chunk, layers)
+
+
 # ---- per-step gradient accumulation ---------------------------------------------------------
 def accumulate_gradients(layer: LayerCosts, m, bf16_opt, tied_here) -> LayerCosts:
     """Charge the accumulation passes per micro-batch: AccumulateGrad on every micro-batch but
@@ -176,7 +185,29 @@ class StageTimes:
     slowest_p2p_s: np.ndarray  # ... and its transfers
 
 
-def stage_times(plan: StagePlan, layer: LayerCosts, pipe: PipelineComm) -> StageTimes:
+@dataclass(frozen=True)
+class PartialRecompute:
+    """Megatron-Core's block method: ``n`` layers per model chunk recomputed (0: all), ``v``
+    chunks per stage, and the layer's costs without recompute (``plain``)."""
+
+    n: np.ndarray
+    v: np.ndarray
+    plain: LayerCosts
+
+    def layers_s(self, layers, lt) -> np.ndarray:
+        """A stage's layers: the recomputed ones at ``lt``, the others at the plain cost."""
+        r = recomputed_layers(layers, self.n, self.v)
+        return np.where(self.n > 0, r * lt + (layers - r) * self.plain.total_s, layers * lt)
+
+    def recompute_share(self, layers) -> np.ndarray:
+        """The share of a stage's layers that recompute."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = recomputed_layers(layers, self.n, self.v) / layers
+        return np.where(self.n > 0, np.nan_to_num(share), 1.0)
+
+
+def stage_times(plan: StagePlan, layer: LayerCosts, pipe: PipelineComm,
+                partial: PartialRecompute | None = None) -> StageTimes:
     """For each stage of the plan (identical stages once, with their count): layers x the
     layer's micro-batch + embedding / head + transfers; running sum and maximum."""
     lt = layer.total_s
@@ -185,7 +216,8 @@ def stage_times(plan: StagePlan, layer: LayerCosts, pipe: PipelineComm) -> Stage
     slowest = total = sel_layers = sel_ends = sel_p2p = None
     for g in plan.groups:
         p2p = pipe.stage_s(g, pp)
-        t = add_where(add_where(g.layers * lt, g.embedding, layer.embedding_s), g.head,
+        lay = g.layers * lt if partial is None else partial.layers_s(g.layers, lt)
+        t = add_where(add_where(lay, g.embedding, layer.embedding_s), g.head,
                       layer.head_s) + p2p
         ends = add_where(select(g.embedding, layer.embedding_s), g.head, layer.head_s)
         stage_s.append(t)
@@ -218,10 +250,13 @@ class SteadyState:
     pp_comm_s: np.ndarray
 
 
-def steady_state(st: StageTimes, layer: LayerCosts, steady_s, m) -> SteadyState:
+def steady_state(st: StageTimes, layer: LayerCosts, steady_s, m,
+                 partial: PartialRecompute | None = None) -> SteadyState:
     Ls = st.slowest_layers
     compute_mb = Ls * (layer.forward_s + layer.backward_s) + st.slowest_ends_s
     recompute_mb = Ls * layer.recompute_s
+    if partial is not None:
+        recompute_mb = recompute_mb * partial.recompute_share(Ls)
     tp_mb = Ls * layer.tp_comm_s
     host_mb = Ls * layer.host_s
     pp_steady = st.slowest_p2p_s

@@ -186,9 +186,22 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         "--max-position-embeddings", str(_max_position_embeddings(model, training)),
     ]
     a += _megatron_shape(model)
-    a += _megatron_recompute(config.recompute)
+    a += _megatron_recompute(config.recompute, config.recompute_num_layers)
     a += _megatron_data_parallel(config)
     a += _megatron_precision(config.precision)
+    a += _megatron_optimizer_dtypes(config.precision_aware_optimizer)
+    return a
+
+
+def _megatron_optimizer_dtypes(option: str) -> list[str]:
+    """Megatron-Core's precision-aware optimizer (TE FusedAdam; megatron/training/arguments.py
+    --use-precision-aware-optimizer, --exp-avg-dtype, --exp-avg-sq-dtype, --main-grads-dtype)."""
+    if option == "off":
+        return []
+    a = ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype",
+         "bf16"]
+    if option == "bf16_moments_grads":
+        a += ["--main-grads-dtype", "bf16"]
     return a
 
 
@@ -217,9 +230,12 @@ def _megatron_shape(model: ModelSpec) -> list[str]:
     return a
 
 
-def _megatron_recompute(recompute: str) -> list[str]:
+def _megatron_recompute(recompute: str, num_layers: int = 0) -> list[str]:
     if recompute == "selective":  # selective takes no method (Megatron validate_args)
         return ["--recompute-granularity", "selective"]
+    if recompute == "full" and num_layers:  # the first N layers of each model chunk
+        return ["--recompute-granularity", "full", "--recompute-method", "block",
+                "--recompute-num-layers", str(num_layers)]
     if recompute == "full":
         return ["--recompute-granularity", "full", "--recompute-method", "uniform",
                 "--recompute-num-layers", "1"]
