@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from costmodel import metrics
+from costmodel import hardware, metrics
 from costmodel.batch import ConfigBatch
 from costmodel.calibration import FRAMEWORKS, Efficiency, FrameworkCosts, efficiency_for
 from costmodel.compute import ACT_BYTES
@@ -68,6 +68,7 @@ from costmodel.stages import (
     StageTimes,
     SteadyState,
     accumulate_gradients,
+    activation_offload_s,
     pipeline_comm,
     stage_params,
     stage_plan,
@@ -124,7 +125,9 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     pipe = pipeline_comm(system, fw, comm, batch, groups, shard.tokens * shard.hidden * ea, v)
     partial = partial_recompute(model, training, eff, fw, gpu, system, batch, groups, m,
                                 sharded, v)
-    st = stage_times(plan, layer, pipe, partial)
+    offload = activation_offload_s(layer, batch.cpu_offloading_num_layers,
+                                   hardware.host_link_bytes_per_s(gpu))
+    st = stage_times(plan, layer, pipe, partial, offload)
     timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v)
     steady = steady_state(st, layer, timeline.steady_s, m, partial)
     params = stage_params(plan, model, training, shard.vocab, shard.tp)

@@ -509,6 +509,10 @@ class ParallelConfig:
         CHOICE, "off", "Megatron-Core's precision-aware optimizer: bf16 Adam moments, and "
         "bf16 main gradients too", values=OPTIMIZER_DTYPES, codes=OptimizerDtype,
         expand_rank=12, optuna=OptunaParam("precision_aware_optimizer", 10))
+    cpu_offloading_num_layers: int = dim(
+        INT, 0, "Megatron-Core activation offload: layers whose activations go to host memory "
+        "in the forward and come back for the backward (--cpu-offloading-num-layers)",
+        minimum=0, expand_rank=13, optuna=OptunaParam("cpu_offloading_num_layers", 11))
     nccl_algo: str = dim(STRING, "auto", "the NCCL_ALGO setting", values=NCCL_ALGOS,
                          expand_rank=8, optuna=OptunaParam("nccl_algo", 7),
                          column=Column("NCCL", 100, nccl_label, left=True))

@@ -132,6 +132,7 @@ class MemoryContext:
     # partial recompute: layers recomputed per model chunk (0: every layer, as recompute says)
     recompute_layers: np.ndarray | None = None
     unsharded_param_bytes: np.ndarray | None = None  # FSDP2 under PP: the gathered weights
+    offload_layers: np.ndarray | None = None  # activation offload: layers kept in host memory
 
 
 def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCosts,
@@ -183,7 +184,7 @@ def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCost
                          np.where(batch.recompute == 2, layer.full_activation_bytes, 0.0),
                          logits, pipe_act, pw, gm, ob, g_part,
                          grad_wire_bytes(fw, prec, opt_dtype), cache, engine, step_grad, keep,
-                         batch.recompute_num_layers, pb)
+                         batch.recompute_num_layers, pb, batch.cpu_offloading_num_layers)
 
 
 def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: StagePlan, m, v,
@@ -199,6 +200,13 @@ def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: Sta
         r = recomputed_layers(g.layers, n, v)
         part = (r * cx.per_layer_act + (g.layers - r) * cx.full_act) * infl + cx.transient
         act = np.where(n > 0, part, act)
+    off = cx.offload_layers
+    if off is not None and (off > 0).any():
+        # activation offload (pp = 1): the offloaded layers' activations live in host memory;
+        # one layer's is on the GPU in transit (Megatron's double buffer: the layer being
+        # copied out while the next runs)
+        kept = np.maximum(g.layers - off, 0.0) * cx.per_layer_act * infl + cx.per_layer_act
+        act = np.where(off > 0, kept + cx.transient, act)
     if cx.pipe_act is not None:
         act = act + np.where(plan.single, 0.0, cx.pipe_act * infl)
     logits = select(g.head, cx.logits, np.zeros(cx.logits.shape))

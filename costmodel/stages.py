@@ -206,10 +206,26 @@ class PartialRecompute:
         return np.where(self.n > 0, np.nan_to_num(share), 1.0)
 
 
+def activation_offload_s(layer: LayerCosts, n, host_link_bytes_per_s) -> np.ndarray | None:
+    """Megatron-Core's activation offload (``--cpu-offloading-num-layers n``, pp = 1): each
+    offloaded layer's activations go to host memory during the forward and come back during
+    the backward on a side stream, overlapped with the next layer's forward / the previous
+    layer's backward; what a transfer takes beyond that window is on the critical path, per
+    micro-batch (None where no configuration offloads)."""
+    n = np.asarray(n)
+    if not (n > 0).any():
+        return None
+    x = layer.full_activation_bytes / host_link_bytes_per_s
+    per_layer = np.maximum(0.0, x - layer.forward_s) + np.maximum(0.0, x - layer.backward_s)
+    return np.where(n > 0, n * per_layer, 0.0)
+
+
 def stage_times(plan: StagePlan, layer: LayerCosts, pipe: PipelineComm,
-                partial: PartialRecompute | None = None) -> StageTimes:
+                partial: PartialRecompute | None = None, offload_s=None) -> StageTimes:
     """For each stage of the plan (identical stages once, with their count): layers x the
-    layer's micro-batch + embedding / head + transfers; running sum and maximum."""
+    layer's micro-batch + embedding / head + transfers; running sum and maximum.
+    ``offload_s``: activation offload's exposed transfers per micro-batch (pp = 1: on the
+    embedding's stage, the only one)."""
     lt = layer.total_s
     pp = plan.pp
     stage_s, p2p_s = [], []
@@ -219,6 +235,8 @@ def stage_times(plan: StagePlan, layer: LayerCosts, pipe: PipelineComm,
         lay = g.layers * lt if partial is None else partial.layers_s(g.layers, lt)
         t = add_where(add_where(lay, g.embedding, layer.embedding_s), g.head,
                       layer.head_s) + p2p
+        if offload_s is not None:
+            t = add_where(t, g.embedding, offload_s)
         ends = add_where(select(g.embedding, layer.embedding_s), g.head, layer.head_s)
         stage_s.append(t)
         p2p_s.append(p2p)

@@ -206,6 +206,14 @@ def _partial_recompute(ctx: Context, b: ConfigBatch) -> np.ndarray:
     return (n == 0) | ((b.recompute == 2) & (n < chunk) & (ctx.training.framework == "megatron"))
 
 
+def _activation_offload(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # Megatron-Core TransformerConfig.__post_init__: cpu_offloading_num_layers < num_layers,
+    # not with pipeline parallelism, not with activation recomputation
+    n = b.cpu_offloading_num_layers
+    return (n == 0) | ((n < ctx.model.num_layers) & (b.pp == 1) & (b.recompute == 0)
+                       & (ctx.training.framework == "megatron"))
+
+
 def _precision_aware_optimizer(ctx: Context, b: ConfigBatch) -> np.ndarray:
     # --use-precision-aware-optimizer: Megatron-Core with Transformer Engine's FusedAdam,
     # bf16 parameters (bf16 training, and fp8 whose master weights are bf16's)
@@ -444,6 +452,12 @@ PARTIAL_RECOMPUTE = Rule(
     lambda c, r: f"recompute={r['recompute']}, recompute_num_layers="
                  f"{r['recompute_num_layers']}, layers per chunk = "
                  f"ceil({c.model.num_layers}/({r['pp']} x {r['virtual_stages']}))")
+ACTIVATION_OFFLOAD = Rule(
+    "activation_offload", "cpu_offloading_num_layers > 0 (Megatron-Core) needs pp = 1, no "
+    "recompute, framework megatron, and fewer layers than the model has",
+    _activation_offload, frozenset({"cpu_offloading_num_layers", "pp", "recompute"}),
+    lambda c, r: f"cpu_offloading_num_layers={r['cpu_offloading_num_layers']}, pp={r['pp']}, "
+                 f"recompute={r['recompute']}, num_layers={c.model.num_layers}")
 PRECISION_AWARE_OPTIMIZER = Rule(
     "precision_aware_optimizer", "the precision-aware optimizer (bf16 moments / main "
     "gradients) needs bf16 or fp8 training with framework megatron",
@@ -464,6 +478,7 @@ ALL_RULES: tuple[Rule, ...] = (
     BATCH_DIVISIBLE, INTERLEAVED_NEEDS_PP, VIRTUAL_STAGES_DIVIDE_LAYERS,
     INTERLEAVED_MICROBATCHES, SP_NEEDS_TP, FP8_HARDWARE, FP8_ALIGNMENT, PRECISION_HARDWARE,
     ZERO3_NO_PP, ZERO_NEEDS_DP, NCCL_GATES, PARTIAL_RECOMPUTE, PRECISION_AWARE_OPTIMIZER,
+    ACTIVATION_OFFLOAD,
 )
 RULES_BY_NAME: Mapping[str, Rule] = {r.name: r for r in ALL_RULES}
 

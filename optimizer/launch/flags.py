@@ -190,6 +190,8 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     a += _megatron_data_parallel(config)
     a += _megatron_precision(config.precision)
     a += _megatron_optimizer_dtypes(config.precision_aware_optimizer)
+    if config.cpu_offloading_num_layers:  # no --cpu-offloading flag: N > 0 turns it on
+        a += ["--cpu-offloading-num-layers", str(config.cpu_offloading_num_layers)]
     return a
 
 

@@ -150,3 +150,37 @@ def test_megatron_flags_for_the_levers(llama70b):
                           ParallelConfig(**dict(BASE, recompute="full")))
     assert "--use-precision-aware-optimizer" not in plain
     assert plain[plain.index("--recompute-method") + 1] == "uniform"
+
+
+# ---- activation offload ----------------------------------------------------------------------
+def test_activation_offload_moves_activations_to_the_host():
+    pr = resolve_problem(model="7b", gpus=8, gpu="h100-sxm-80gb", seq_length=4096,
+                         global_batch_size=64)
+    cfg = dict(tp=8, pp=1, dp=1, micro_batch_size=2, sequence_parallel=True)
+    plain = _phases(pr, **cfg)
+    off = _phases(pr, **cfg, cpu_offloading_num_layers=16)
+    layer_act = plain.layer.full_activation_bytes[0]
+    # 16 of 32 layers leave the GPU, one is in transit
+    saved = plain.memory.stages[0].activations[0] - off.memory.stages[0].activations[0]
+    assert saved == pytest.approx(15 * layer_act)
+    # the transfers beyond the overlap window are on the critical path, and never negative
+    assert off.scores.step_time_s[0] >= plain.scores.step_time_s[0]
+    ctx = Context(pr.model, pr.cluster, pr.training)
+    assert explain(ctx, ParallelConfig(**cfg, cpu_offloading_num_layers=16)) == []
+    bad = ParallelConfig(**dict(cfg, tp=4, pp=2), cpu_offloading_num_layers=16)
+    assert "activation_offload" in [n for n, _ in explain(ctx, bad)]
+    bad = ParallelConfig(**cfg, recompute="full", cpu_offloading_num_layers=16)
+    assert "activation_offload" in [n for n, _ in explain(ctx, bad)]
+
+
+def test_activation_offload_exposes_what_the_host_link_cannot_hide():
+    from costmodel.stages import activation_offload_s
+
+    pr = resolve_problem(model="7b", gpus=8, gpu="h100-sxm-80gb", seq_length=4096,
+                         global_batch_size=64)
+    layer = _phases(pr, tp=8, pp=1, dp=1, micro_batch_size=2, sequence_parallel=True).layer
+    slow = activation_offload_s(layer, np.array([4]), 1e9)[0]  # 1 GB/s: fully exposed-ish
+    x = layer.full_activation_bytes[0] / 1e9
+    assert slow == pytest.approx(4 * (2 * x - layer.forward_s[0] - layer.backward_s[0]))
+    assert activation_offload_s(layer, np.array([4]), 1e15)[0] == 0.0
+    assert activation_offload_s(layer, np.array([0]), 1e9) is None
