@@ -25,6 +25,10 @@ DDP_BUCKET_ELEMENTS = 40e6
 # Adam (read master, m, v, grad: 16; write master, m, v: 12), copy master -> 16-bit params
 # (read 4, write 2), zero the grad buffer (write 4): 50. fp32: no unscale, no copy: 36.
 OPTIMIZER_STEP_BYTES = np.array([36.0, 36.0, 50.0, 50.0, 50.0])
+# ... less with Megatron-Core's precision-aware optimizer (OPTIMIZER_DTYPES order): bf16
+# moments read and write m and v in 2 bytes (8 fewer); bf16 main gradients also halve the
+# gradient's unscale (read + write), norm, Adam read and zeroing (10 fewer)
+OPTIMIZER_STEP_SAVED_BYTES = np.array([0.0, 8.0, 18.0])
 
 
 def _fp16_main_grads(fw, prec):
@@ -33,15 +37,20 @@ def _fp16_main_grads(fw, prec):
     return fw.dp.fp16_grad_copy & (prec == PRECISIONS.index("fp16"))
 
 
-def grad_wire_bytes(fw, prec, bf16_reduce: bool = False):
+def grad_wire_bytes(fw, prec, bf16_reduce: bool = False, optimizer_dtype=None):
     """Bytes per gradient element of the data-parallel reduction: the gradient buffer's own
-    width (``GRAD_BYTES``), 16 bits for Megatron's fp16 main gradients, and DeepSpeed's
-    ``communication_data_type`` (``FrameworkCosts.dp.grad_comm_bytes``) for 16-bit training.
-    ``bf16_reduce`` (TrainingSpec.grad_reduce_in_bf16): 16-bit training reduces in bf16."""
+    width (``GRAD_BYTES``), 16 bits for Megatron's fp16 main gradients and for the
+    precision-aware optimizer's bf16 main gradients (``optimizer_dtype`` 2:
+    ``--main-grads-dtype bf16``), and DeepSpeed's ``communication_data_type``
+    (``FrameworkCosts.dp.grad_comm_bytes``) for 16-bit training. ``bf16_reduce``
+    (TrainingSpec.grad_reduce_in_bf16): 16-bit training reduces in bf16."""
     pb, gb = PARAM_BYTES[prec], GRAD_BYTES[prec]
     wire = np.where((fw.dp.grad_comm_bytes > 0) & (pb < 4.0), fw.dp.grad_comm_bytes, gb)
     wire = np.where(bf16_reduce & (pb < 4.0), 2.0, wire)
-    return np.where(_fp16_main_grads(fw, prec), 2.0, wire)
+    wire = np.where(_fp16_main_grads(fw, prec), 2.0, wire)
+    if optimizer_dtype is not None:
+        wire = np.where(np.asarray(optimizer_dtype) == 2, 2.0, wire)
+    return wire
 
 
 def uses_bf16_optimizer(fw, prec, z):
@@ -59,15 +68,32 @@ class Sharding:
     zero: np.ndarray  # ZeRO stage; DeepSpeed's BF16_Optimizer counts as ZeRO-1
     bf16_optimizer: np.ndarray
     dp: np.ndarray  # d (float)
+    # FSDP2 under a pipeline schedule (torchtitan): gathered once per step, kept unsharded
+    # with unsharded fp32 gradients until the last micro-batch's backward reduce-scatters them
+    gather_once: np.ndarray | None = None
+
+    @property
+    def once(self) -> np.ndarray:
+        return np.zeros(self.zero.shape, bool) if self.gather_once is None else self.gather_once
 
 
-def sharding(fw, prec, zero_stage, dp) -> Sharding:
+def sharding(fw, prec, zero_stage, dp, pp=None) -> Sharding:
     # DeepSpeed's BF16_Optimizer shards its fp32 master weights and Adam moments over DP and
     # gathers the updated bf16 weights at ZeRO 0 as at 1 (it is what DeepSpeed runs for bf16
     # without the ZeRO optimizer; bf16_optimizer.py partitions by the DP group's size): a
     # ZeRO-1 for the model
     bf16_opt = uses_bf16_optimizer(fw, prec, zero_stage)
-    return Sharding(np.where(bf16_opt, 1, zero_stage), bf16_opt, dp.astype(float))
+    # FSDP2 with pipeline parallelism as torchtitan runs it: fsdp_reshard_after_forward
+    # "default" does not reshard under PP ("to avoid per-microbatch all-gathers",
+    # torchtitan models/llama3/infra/parallelize.py), and torch.distributed.pipelining's stage
+    # sets requires_gradient_sync / reshard_after_backward only for the last micro-batch's
+    # backward (stage.py backward_maybe_with_nosync): one all-gather and one reduce-scatter
+    # per step; FSDP2 accumulates the unsynced gradients unsharded in the reduce dtype (fp32).
+    # Megatron-FSDP keeps its per-micro-batch gathers (the ZeRO-3 branch below).
+    once = None
+    if pp is not None and fw.dp.fp32_flat_shard:
+        once = (np.asarray(zero_stage) >= 3) & (np.asarray(pp) > 1)
+    return Sharding(np.where(bf16_opt, 1, zero_stage), bf16_opt, dp.astype(float), once)
 
 
 @dataclass(frozen=True)
@@ -103,7 +129,8 @@ def data_parallel_step(comm, batch, groups, fw, eff, training, sh: Sharding, psi
     dp_n, dp_nodes = batch.dp, groups.dp_nodes
     # bytes per gradient on the wire (FrameworkCosts.dp.grad_comm_bytes: DeepSpeed reduces 16-bit
     # gradients in the training dtype)
-    gcomm = grad_wire_bytes(fw, prec, training.grad_reduce_in_bf16)
+    gcomm = grad_wire_bytes(fw, prec, training.grad_reduce_in_bf16,
+                            batch.precision_aware_optimizer)
     grad_bytes = psi_max * gcomm
     t_ar = comm.time_s("allreduce", grad_bytes, dp_n, dp_nodes)
     t_rs = comm.time_s("reducescatter", grad_bytes, dp_n, dp_nodes)
@@ -138,13 +165,18 @@ def data_parallel_step(comm, batch, groups, fw, eff, training, sh: Sharding, psi
     z2_window = first_layers * (layer.backward_s + layer.recompute_s)
     z2_gathers = np.where(fw.dp.zero2_regather, m, 1.0)
     z2_exposed = m * _exposed(t_rs, z2_window, eff) + z2_gathers * exposed_gather
+    # FSDP2 under PP: one gather before the first forward, one reduce-scatter in the last
+    # backward (Sharding.gather_once), exposed as the distributed optimizer's are
+    once = sh.once
+    z3_exposed = np.where(once, exposed_reduce + exposed_gather, z3_exposed)
+    z3_mb_total = np.where(once, reduce_t + t_ag, m * z3_mb)
     dp_exposed = np.where(z >= 3, z3_exposed,
                           np.where(z == 2, z2_exposed,
                                    np.where(z == 1, exposed_reduce + exposed_gather,
                                             exposed_reduce)))
     dp_exposed = np.where(batch.dp > 1, dp_exposed, 0.0)
     dp_total = np.where(batch.dp > 1,
-                        np.where(z >= 3, m * z3_mb,
+                        np.where(z >= 3, z3_mb_total,
                                  np.where(z == 2, m * t_rs + z2_gathers * t_ag,
                                           np.where(z == 1, reduce_t + t_ag, t_ar))), 0.0)
 
@@ -158,7 +190,9 @@ def data_parallel_step(comm, batch, groups, fw, eff, training, sh: Sharding, psi
 
     # ---- optimizer step (memory bound on the local shard) ----------------------------------
     psi_opt = psi_max / np.where(z >= 1, d, 1.0)
-    t_opt = memory_op_time_s(psi_opt * OPTIMIZER_STEP_BYTES[prec],
+    step_bytes = (OPTIMIZER_STEP_BYTES[prec]
+                   - OPTIMIZER_STEP_SAVED_BYTES[batch.precision_aware_optimizer])
+    t_opt = memory_op_time_s(psi_opt * step_bytes,
                              mem_bandwidth_bytes_per_s=bandwidth, eff=eff, n_kernels=8.0)
     return DataParallelStep(grad_bytes, bucket, psi_max * pb, all_reduce, reduce_t, t_bucket,
                             t_ag, dp_exposed, dp_total, tied_sync, t_opt)

@@ -380,6 +380,18 @@ def _norm(name: str) -> str:
     return name.strip().lower().replace("_", "-").replace(" ", "-")
 
 
+# The GPU's link to host memory where it is not its PCIe slot (what activation offload moves
+# over, one direction): Grace-Blackwell superchips reach the Grace CPU's LPDDR5X over
+# NVLink-C2C, 900 GB/s bidirectional (NVIDIA GB200 NVL72 spec table), 450 GB/s per direction;
+# (check) whether the superchip's two GPUs share it. Every other GPU: pcie_bandwidth_bytes_per_s.
+HOST_LINK_BYTES_PER_S: dict[str, float] = {"gb200": 450e9, "gb300": 450e9, "gh200": 450e9}
+
+
+def host_link_bytes_per_s(gpu: GPUSpec) -> float:
+    """One direction of the GPU's link to host memory (activation offload's D2H / H2D)."""
+    return HOST_LINK_BYTES_PER_S.get(gpu.name, gpu.pcie_bandwidth_bytes_per_s)
+
+
 def get_gpu(name: str) -> GPUSpec:
     """The catalog entry for a GPU key or alias (case-insensitive)."""
     if not isinstance(name, str):

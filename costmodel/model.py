@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from costmodel import metrics
+from costmodel import hardware, metrics
 from costmodel.batch import ConfigBatch
 from costmodel.calibration import FRAMEWORKS, Efficiency, FrameworkCosts, efficiency_for
 from costmodel.compute import ACT_BYTES
@@ -67,12 +67,14 @@ from costmodel.stage_memory import (  # noqa: F401  (re-exported)
     peak_memory,
 )
 from costmodel.stages import (
+    PartialRecompute,
     PipelineComm,
     StageParams,
     StagePlan,
     StageTimes,
     SteadyState,
     accumulate_gradients,
+    activation_offload_s,
     pipeline_comm,
     stage_params,
     stage_plan,
@@ -122,7 +124,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                             batch.cp if cp_on else None)
     comm = Collectives(system, batch, groups.layout)
     shard = shard_of(model, training, batch, cluster.gpus_per_node)
-    sharded = sharding(fw, batch.precision, batch.zero_stage, grad_batch.dp)
+    sharded = sharding(fw, batch.precision, batch.zero_stage, grad_batch.dp, batch.pp)
     sched = batch.schedule
     # model chunks per rank: the interleaved schedule's v, two for the V-shaped schedules
     v = np.where(sched == INTERLEAVED, batch.virtual_stages,
@@ -141,9 +143,13 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     p2p_exposed = np.where(training.overlap_p2p_comm & (v > 1), 1.0 - eff.overlap_hidden, 1.0)
     pipe = pipeline_comm(system, fw, comm, batch, groups, shard.tokens * shard.hidden * ea, v,
                          p2p_exposed)
-    st = stage_times(plan, layer, pipe)
+    partial = partial_recompute(model, training, eff, fw, gpu, system, batch, groups, m,
+                                sharded, v)
+    offload = activation_offload_s(layer, batch.cpu_offloading_num_layers,
+                                   hardware.host_link_bytes_per_s(gpu))
+    st = stage_times(plan, layer, pipe, partial, offload)
     timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v, zb_ratio(layer, sched))
-    steady = steady_state(st, layer, timeline.steady_s, m)
+    steady = steady_state(st, layer, timeline.steady_s, m, partial)
     params = stage_params(plan, model, training, shard.vocab, shard.tp)
     dp = data_parallel_step(comm, grad_batch, groups, fw, eff, training, sharded, params.largest,
                             plan.groups[0].layers, layer, steady, m, shard.vocab, shard.hidden,
@@ -185,6 +191,21 @@ def zb_ratio(layer: LayerCosts, sched) -> np.ndarray:
     other half)."""
     half = 0.5 * layer.backward_s
     return zero_bubble_ratio(layer.forward_s, half + layer.recompute_s, half, sched)
+
+
+def partial_recompute(model, training, eff, fw, gpu, system, batch: ConfigBatch, groups, m,
+                      sharded: Sharding, v) -> PartialRecompute | None:
+    """The layer's costs without recompute for the configurations that recompute only some
+    layers (``recompute_num_layers`` > 0, Megatron-Core's block method); None where none
+    does (the usual case: no second pricing)."""
+    n = batch.recompute_num_layers
+    if not (n > 0).any():
+        return None
+    plain_batch = replace(batch, recompute=np.zeros_like(batch.recompute))
+    plain, _ = price_distinct_layers(model, training, eff, fw, gpu, system, plain_batch, groups)
+    plain = accumulate_gradients(plain, m, sharded.bf16_optimizer,
+                                 model.tied_embeddings & (batch.pp == 1))
+    return PartialRecompute(n, v, plain)
 
 
 def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch: ConfigBatch,

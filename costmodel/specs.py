@@ -51,6 +51,11 @@ CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "a2a+p2p")
 # the first and last stage's layer counts that balance the stages once the embedding and the
 # LM head + loss are counted in layers' worth of work (costmodel.schedule.balanced_layers)
 STAGE_PLANS: tuple[str, ...] = ("default", "balanced")
+# Megatron-Core's precision-aware optimizer (--use-precision-aware-optimizer): "off" keeps the
+# fp32 Adam moments and main gradients; "bf16_moments" stores exp_avg and exp_avg_sq in bf16
+# (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, DeepSeek-V3 3.3.3); "bf16_moments_grads"
+# also keeps bf16 main gradients (--main-grads-dtype bf16)
+OPTIMIZER_DTYPES: tuple[str, ...] = ("off", "bf16_moments", "bf16_moments_grads")
 
 
 class Precision(IntEnum):
@@ -78,6 +83,27 @@ class CpCommType(IntEnum):
     ALL_GATHER = 1
     A2A = 2
     A2A_P2P = 3
+
+
+def recompute_label(value: Any, config: Mapping[str, Any]) -> str:
+    """The front table's recompute cell: ``full/N`` for N recomputed layers per stage."""
+    n = config.get("recompute_num_layers", 0)
+    return f"{value}/{n}" if value == "full" and n else str(value)
+
+
+def precision_label(value: Any, config: Mapping[str, Any]) -> str:
+    """The front table's precision cell; ``+m16`` (bf16 moments), ``+mg16`` (and gradients)."""
+    opt = config.get("precision_aware_optimizer", "off")
+    return str(value) + {"off": "", "bf16_moments": "+m16"}.get(opt, "+mg16")
+
+
+class OptimizerDtype(IntEnum):
+    """Codes of ``ConfigBatch.precision_aware_optimizer``: indexes into
+    :data:`OPTIMIZER_DTYPES`."""
+
+    OFF = 0
+    BF16_MOMENTS = 1
+    BF16_MOMENTS_GRADS = 2
 
 
 class Schedule(IntEnum):
@@ -526,11 +552,11 @@ class ParallelConfig:
     precision: str = dim(CHOICE, "bf16", "training precision", values=PRECISIONS,
                          codes=Precision, space_default=default_precision, expand_rank=2,
                          optuna=OptunaParam("precision", 6),
-                         column=Column("prec", 90, left=True))
+                         column=Column("prec", 90, precision_label, left=True))
     recompute: str = dim(CHOICE, "none", "activation recomputation", values=RECOMPUTE,
                          codes=Recompute, space_default=RECOMPUTE, expand_rank=10,
                          optuna=OptunaParam("recompute", 2),
-                         column=Column("recompute", 60, left=True))
+                         column=Column("recompute", 60, recompute_label, left=True))
     sequence_parallel: bool = dim(BOOL, False, "Megatron sequence parallelism, with tp > 1",
                                   space_default=(False, True), expand_rank=7,
                                   optuna=OptunaParam("sequence_parallel", 3),
@@ -551,6 +577,19 @@ class ParallelConfig:
                           space_default=("default",), expand_rank=11,
                           optuna=OptunaParam("stage_plan", 11), new=True,
                           column=Column("plan", 95, stage_plan_label, left=True))
+    recompute_num_layers: int = dim(
+        INT, 0, "with recompute full: layers per pipeline stage recomputed (Megatron "
+        "--recompute-method block --recompute-num-layers N; the others keep their "
+        "activations); 0: every layer (--recompute-method uniform --recompute-num-layers 1)",
+        minimum=0, expand_rank=12, optuna=OptunaParam("recompute_num_layers", 12), new=True)
+    precision_aware_optimizer: str = dim(
+        CHOICE, "off", "Megatron-Core's precision-aware optimizer: bf16 Adam moments, and "
+        "bf16 main gradients too", values=OPTIMIZER_DTYPES, codes=OptimizerDtype,
+        expand_rank=13, optuna=OptunaParam("precision_aware_optimizer", 13), new=True)
+    cpu_offloading_num_layers: int = dim(
+        INT, 0, "Megatron-Core activation offload: layers whose activations go to host memory "
+        "in the forward and come back for the backward (--cpu-offloading-num-layers)",
+        minimum=0, expand_rank=14, optuna=OptunaParam("cpu_offloading_num_layers", 14), new=True)
     nccl_algo: str = dim(STRING, "auto", "the NCCL_ALGO setting", values=NCCL_ALGOS,
                          parse=nccl_algo_value, grammar=_nccl_grammar_text(NCCL_ALGOS),
                          expand_rank=8, optuna=OptunaParam("nccl_algo", 7),

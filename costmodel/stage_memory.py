@@ -25,7 +25,7 @@ from costmodel.memory import (
 from costmodel.schedule import GPIPE
 from costmodel.shard import Shard
 from costmodel.specs import PRECISIONS
-from costmodel.stages import StageGroup, StageParams, StagePlan, select
+from costmodel.stages import StageGroup, StageParams, StagePlan, recomputed_layers, select
 
 # Bytes per local layer parameter of Transformer Engine's cached fp8 weight and its fp8
 # transpose (te.Linear fp8 workspaces, reused while is_first_microbatch is False)
@@ -116,6 +116,7 @@ class MemoryContext:
     """What every stage's memory reads (arrays over the configurations)."""
 
     per_layer_act: np.ndarray
+    full_act: np.ndarray  # a layer's activations without recompute
     transient: np.ndarray  # one layer live while recomputed
     logits: np.ndarray  # the loss's buffers (on the loss's stage)
     pipe_act: np.ndarray  # DeepSpeed's pipe buffers per micro-batch in flight (0: none)
@@ -128,6 +129,10 @@ class MemoryContext:
     engine: np.ndarray  # engine buckets
     step_grad: np.ndarray  # autograd's gradients per parameter, allocated every step
     keep: float  # reserve per allocated byte
+    # partial recompute: layers recomputed per model chunk (0: every layer, as recompute says)
+    recompute_layers: np.ndarray | None = None
+    unsharded_param_bytes: np.ndarray | None = None  # FSDP2 under PP: the gathered weights
+    offload_layers: np.ndarray | None = None  # activation offload: layers kept in host memory
 
 
 def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCosts,
@@ -138,6 +143,12 @@ def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCost
     t, tokens, h, V, single = shard.tp, shard.tokens, shard.hidden, shard.vocab, plan.single
     sched = batch.schedule
     pb, gb, ob = PARAM_BYTES[prec], GRAD_BYTES[prec], OPTIMIZER_BYTES[prec]
+    # Megatron-Core's precision-aware optimizer (TE FusedAdam): bf16 exp_avg and exp_avg_sq
+    # (12 -> 8 bytes with the fp32 master), and with --main-grads-dtype bf16 bf16 main
+    # gradients (4 -> 2) (modern-training.md 4.3; MLM optimizer_config.py)
+    opt_dtype = batch.precision_aware_optimizer
+    ob = np.where(opt_dtype >= 1, ob - 4.0, ob)
+    gb = np.where(opt_dtype == 2, 2.0, gb)
     # the loss's buffers on the last stage (FrameworkCosts.memory.logits_saved_bytes: what a
     # micro-batch keeps from its forward to its backward, Korthikanti 4.3's fp32 logits in
     # Megatron; plus what the running loss allocates on top), kept for every micro-batch in
@@ -158,7 +169,9 @@ def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCost
     # is not modelled)
     cache = np.where((prec == PRECISIONS.index("fp8")) & fw.memory.fp8_weight_cache & (z < 3),
                      FP8_WEIGHT_CACHE_BYTES * layer_params / t, 0.0)
-    zbuf = np.where(z >= 3, 2.0 * layer_params / t * pb, 0.0)
+    # ZeRO-3's two layers of gathered parameters (prefetch); FSDP2 under PP keeps the whole
+    # stage gathered instead (stage_memory)
+    zbuf = np.where((z >= 3) & ~opt.once, 2.0 * layer_params / t * pb, 0.0)
     # BF16_Optimizer reduces its fp32 gradients through the cast counted in the step copy,
     # not a bucket
     engine = (np.where(bf16_opt, 0.0, fw.memory.reduce_bucket_bytes)
@@ -170,9 +183,11 @@ def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCost
     transient = np.where(batch.recompute == 2, layer.full_activation_bytes, 0.0)
     if np.any(batch.cp > 1):  # the CP buffers of the layer being run (costmodel.cp)
         transient = np.where(batch.cp > 1, transient + layer.cp_buffer_bytes, transient)
-    return MemoryContext(layer.activation_bytes, transient,
-                         logits, pipe_act, pw, gm, ob, g_part, grad_wire_bytes(fw, prec), cache,
-                         engine, step_grad, keep)
+    return MemoryContext(layer.activation_bytes, layer.full_activation_bytes, transient,
+                         logits, pipe_act, pw, gm, ob, g_part,
+                         grad_wire_bytes(fw, prec, optimizer_dtype=opt_dtype), cache, engine,
+                         step_grad, keep, batch.recompute_num_layers, pb,
+                         batch.cpu_offloading_num_layers)
 
 
 def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: StagePlan, m, v,
@@ -181,12 +196,33 @@ def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: Sta
     its representative stage, model states of its parameters, the loss where it sits."""
     infl = microbatches_in_flight(sched, plan.pp, m, v, g.index)
     act = g.layers * cx.per_layer_act * infl + cx.transient
+    n = cx.recompute_layers
+    if n is not None and (n > 0).any():
+        # Megatron-Core's block method: the first n layers of each model chunk recompute
+        # (only their inputs kept), the others keep every activation
+        r = recomputed_layers(g.layers, n, v)
+        part = (r * cx.per_layer_act + (g.layers - r) * cx.full_act) * infl + cx.transient
+        act = np.where(n > 0, part, act)
+    off = cx.offload_layers
+    if off is not None and (off > 0).any():
+        # activation offload (pp = 1): the offloaded layers' activations live in host memory;
+        # one layer's is on the GPU in transit (Megatron's double buffer: the layer being
+        # copied out while the next runs)
+        kept = np.maximum(g.layers - off, 0.0) * cx.per_layer_act * infl + cx.per_layer_act
+        act = np.where(off > 0, kept + cx.transient, act)
     if cx.pipe_act is not None:
         act = act + np.where(plan.single, 0.0, cx.pipe_act * infl)
     logits = select(g.head, cx.logits, np.zeros(cx.logits.shape))
     w, gr, o = model_state_bytes(psi, cx.param_bytes, cx.grad_bytes, cx.optimizer_bytes,
                                  opt.zero, opt.dp)
     w = w + g.layers * cx.cache
+    if opt.once.any():
+        # FSDP2 under PP (torchtitan): the stage's parameters stay gathered in 16 bits for the
+        # whole step, and the unsynced gradients accumulate unsharded in fp32 until the last
+        # backward's reduce-scatter (FSDPParam.to_accumulated_grad_if_needed), beside the
+        # sharded fp32 gradient the optimizer reads
+        w = np.where(opt.once, w + psi * cx.unsharded_param_bytes, w)
+        gr = np.where(opt.once, gr + psi * 4.0, gr)
     # the fp32 copy of the (local partition of the) 16-bit gradients, or BF16_Optimizer's
     # bf16 cast of its fp32 gradients for the all-reduce, exists only after the backward has
     # freed the activations

@@ -110,6 +110,15 @@ def stage_plan(num_layers: int, pp: np.ndarray, balanced: np.ndarray | None = No
     return StagePlan(pp, (first, last, middle), ok, v_shape)
 
 
+def recomputed_layers(layers, n, v):
+    """Layers a stage recomputes under Megatron-Core's block method: the first ``n`` of each
+    of its ``v`` model chunks (``--recompute-method block --recompute-num-layers n``;
+    TransformerBlock._checkpointed_forward), every layer where ``n`` is 0."""
+    v = np.asarray(v, dtype=float)
+    per_chunk = np.minimum(np.asarray(n, dtype=float), layers / v)
+    return np.where(np.asarray(n) > 0, v * per_chunk, layers)
+
+
 # ---- per-step gradient accumulation ---------------------------------------------------------
 def accumulate_gradients(layer: LayerCosts, m, bf16_opt, tied_here) -> LayerCosts:
     """Charge the accumulation passes per micro-batch: AccumulateGrad on every micro-batch but
@@ -195,17 +204,58 @@ class StageTimes:
     slowest_p2p_s: np.ndarray  # ... and its transfers
 
 
-def stage_times(plan: StagePlan, layer: LayerCosts, pipe: PipelineComm) -> StageTimes:
+@dataclass(frozen=True)
+class PartialRecompute:
+    """Megatron-Core's block method: ``n`` layers per model chunk recomputed (0: all), ``v``
+    chunks per stage, and the layer's costs without recompute (``plain``)."""
+
+    n: np.ndarray
+    v: np.ndarray
+    plain: LayerCosts
+
+    def layers_s(self, layers, lt) -> np.ndarray:
+        """A stage's layers: the recomputed ones at ``lt``, the others at the plain cost."""
+        r = recomputed_layers(layers, self.n, self.v)
+        return np.where(self.n > 0, r * lt + (layers - r) * self.plain.total_s, layers * lt)
+
+    def recompute_share(self, layers) -> np.ndarray:
+        """The share of a stage's layers that recompute."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = recomputed_layers(layers, self.n, self.v) / layers
+        return np.where(self.n > 0, np.nan_to_num(share), 1.0)
+
+
+def activation_offload_s(layer: LayerCosts, n, host_link_bytes_per_s) -> np.ndarray | None:
+    """Megatron-Core's activation offload (``--cpu-offloading-num-layers n``, pp = 1): each
+    offloaded layer's activations go to host memory during the forward and come back during
+    the backward on a side stream, overlapped with the next layer's forward / the previous
+    layer's backward; what a transfer takes beyond that window is on the critical path, per
+    micro-batch (None where no configuration offloads)."""
+    n = np.asarray(n)
+    if not (n > 0).any():
+        return None
+    x = layer.full_activation_bytes / host_link_bytes_per_s
+    per_layer = np.maximum(0.0, x - layer.forward_s) + np.maximum(0.0, x - layer.backward_s)
+    return np.where(n > 0, n * per_layer, 0.0)
+
+
+def stage_times(plan: StagePlan, layer: LayerCosts, pipe: PipelineComm,
+                partial: PartialRecompute | None = None, offload_s=None) -> StageTimes:
     """For each stage of the plan (identical stages once, with their count): layers x the
-    layer's micro-batch + embedding / head + transfers; running sum and maximum."""
+    layer's micro-batch + embedding / head + transfers; running sum and maximum.
+    ``offload_s``: activation offload's exposed transfers per micro-batch (pp = 1: on the
+    embedding's stage, the only one)."""
     lt = layer.total_s
     pp = plan.pp
     stage_s, p2p_s = [], []
     slowest = total = sel_layers = sel_ends = sel_p2p = None
     for g in plan.groups:
         p2p = pipe.stage_s(g, pp)
-        t = add_where(add_where(g.layers * lt, g.embedding, layer.embedding_s), g.head,
+        lay = g.layers * lt if partial is None else partial.layers_s(g.layers, lt)
+        t = add_where(add_where(lay, g.embedding, layer.embedding_s), g.head,
                       layer.head_s) + p2p
+        if offload_s is not None:
+            t = add_where(t, g.embedding, offload_s)
         ends = add_where(select(g.embedding, layer.embedding_s), g.head, layer.head_s)
         stage_s.append(t)
         p2p_s.append(p2p)
@@ -237,10 +287,13 @@ class SteadyState:
     pp_comm_s: np.ndarray
 
 
-def steady_state(st: StageTimes, layer: LayerCosts, steady_s, m) -> SteadyState:
+def steady_state(st: StageTimes, layer: LayerCosts, steady_s, m,
+                 partial: PartialRecompute | None = None) -> SteadyState:
     Ls = st.slowest_layers
     compute_mb = Ls * (layer.forward_s + layer.backward_s) + st.slowest_ends_s
     recompute_mb = Ls * layer.recompute_s
+    if partial is not None:
+        recompute_mb = recompute_mb * partial.recompute_share(Ls)
     tp_mb = Ls * layer.tp_comm_s
     host_mb = Ls * layer.host_s
     pp_steady = st.slowest_p2p_s

@@ -274,7 +274,35 @@ def _precision_hardware(ctx: Context, b: ConfigBatch) -> np.ndarray:
 
 
 def _zero3_no_pp(ctx: Context, b: ConfigBatch) -> np.ndarray:
-    return (b.zero_stage < 3) | (b.pp == 1)
+    # FSDP2 composes with pipeline (and tensor) parallelism: torchtitan's 3D layout (FSDP x
+    # TP x PP, Llama 3 405B) and Megatron-FSDP with PP. DeepSpeed's pipeline engine refuses
+    # ZeRO-3 (PipelineEngine asserts zero_optimization_stage < 2).
+    return (b.zero_stage < 3) | (b.pp == 1) | (ctx.training.framework != "deepspeed")
+
+
+def _partial_recompute(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # Megatron-Core --recompute-method block --recompute-num-layers N (full granularity only):
+    # N of each model chunk's layers are recomputed, so N must leave a chunk some layers of
+    # its own (N at or over the chunk is plain full recompute, --recompute-method uniform)
+    n = b.recompute_num_layers
+    chunk = np.ceil(ctx.model.num_layers / (b.pp * b.virtual_stages))
+    return (n == 0) | ((b.recompute == 2) & (n < chunk) & (ctx.training.framework == "megatron"))
+
+
+def _activation_offload(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # Megatron-Core TransformerConfig.__post_init__: cpu_offloading_num_layers < num_layers,
+    # not with pipeline parallelism, not with activation recomputation
+    n = b.cpu_offloading_num_layers
+    return (n == 0) | ((n < ctx.model.num_layers) & (b.pp == 1) & (b.recompute == 0)
+                       & (ctx.training.framework == "megatron"))
+
+
+def _precision_aware_optimizer(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # --use-precision-aware-optimizer: Megatron-Core with Transformer Engine's FusedAdam,
+    # bf16 parameters (bf16 training, and fp8 whose master weights are bf16's)
+    bf16_params = (b.precision == Precision.BF16) | (b.precision == Precision.FP8)
+    return (b.precision_aware_optimizer == 0) | (bf16_params
+                                                 & (ctx.training.framework == "megatron"))
 
 
 def _zero_needs_dp(ctx: Context, b: ConfigBatch) -> np.ndarray:
@@ -513,9 +541,29 @@ PRECISION_HARDWARE = Rule(
     lambda c, r: f"GPU {c.cluster.gpu.name} supports "
                  f"{', '.join(c.cluster.gpu.peak_flops_per_s)}, not {r['precision']}")
 ZERO3_NO_PP = Rule(
-    "zero3_no_pp", "ZeRO-3 / fully sharded data parallelism cannot be combined with pipeline "
-    "parallelism (DeepSpeed, FSDP)", _zero3_no_pp, frozenset({"zero_stage", "pp"}),
-    lambda c, r: f"zero_stage={r['zero_stage']}, pp={r['pp']}")
+    "zero3_no_pp", "DeepSpeed's pipeline engine cannot run ZeRO-3 (FSDP2 and Megatron-FSDP "
+    "can: framework fsdp or megatron)", _zero3_no_pp, frozenset({"zero_stage", "pp"}),
+    lambda c, r: f"zero_stage={r['zero_stage']}, pp={r['pp']}, "
+                 f"framework={c.training.framework}")
+PARTIAL_RECOMPUTE = Rule(
+    "partial_recompute", "recompute_num_layers > 0 (Megatron-Core's block method) needs "
+    "recompute full, framework megatron, and fewer layers than a model chunk holds",
+    _partial_recompute, frozenset({"recompute_num_layers", "recompute", "pp",
+                                   "virtual_stages"}),
+    lambda c, r: f"recompute={r['recompute']}, recompute_num_layers="
+                 f"{r['recompute_num_layers']}, layers per chunk = "
+                 f"ceil({c.model.num_layers}/({r['pp']} x {r['virtual_stages']}))")
+ACTIVATION_OFFLOAD = Rule(
+    "activation_offload", "cpu_offloading_num_layers > 0 (Megatron-Core) needs pp = 1, no "
+    "recompute, framework megatron, and fewer layers than the model has",
+    _activation_offload, frozenset({"cpu_offloading_num_layers", "pp", "recompute"}),
+    lambda c, r: f"cpu_offloading_num_layers={r['cpu_offloading_num_layers']}, pp={r['pp']}, "
+                 f"recompute={r['recompute']}, num_layers={c.model.num_layers}")
+PRECISION_AWARE_OPTIMIZER = Rule(
+    "precision_aware_optimizer", "the precision-aware optimizer (bf16 moments / main "
+    "gradients) needs bf16 or fp8 training with framework megatron",
+    _precision_aware_optimizer, frozenset({"precision_aware_optimizer", "precision"}),
+    lambda c, r: f"precision={r['precision']}, framework={c.training.framework}")
 ZERO_NEEDS_DP = Rule(
     "zero_needs_dp", "ZeRO shards over the data-parallel group (with CP: dp x cp), so "
     "zero_stage > 0 needs dp * cp > 1",
@@ -534,6 +582,7 @@ ALL_RULES: tuple[Rule, ...] = (
     INTERLEAVED_MICROBATCHES, SP_NEEDS_TP, FP8_HARDWARE, FP8_ALIGNMENT, PRECISION_HARDWARE,
     ZERO3_NO_PP, ZERO_NEEDS_DP, NCCL_GATES, CP_WITHIN_WORLD, CP_SPLITS_SEQUENCE,
     CP_NEEDS_FLASH_ATTENTION, CP_COMM_TYPE,
+    PARTIAL_RECOMPUTE, PRECISION_AWARE_OPTIMIZER, ACTIVATION_OFFLOAD,
 )
 RULES_BY_NAME: Mapping[str, Rule] = {r.name: r for r in ALL_RULES}
 

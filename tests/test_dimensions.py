@@ -220,7 +220,8 @@ def test_cli_flags_are_generated() -> None:
     # pinned, not generated: the flags' dimensions in the space's order
     assert [v[0] for v in SPACE_FLAGS.values()] == [
         "tp", "pp", "cp", "micro_batch_size", "precision", "recompute", "sequence_parallel",
-        "zero_stage", "schedule", "virtual_stages", "stage_plan", "nccl_algo", "nccl_proto", "cp_comm_type"]
+        "zero_stage", "schedule", "virtual_stages", "stage_plan", "recompute_num_layers",
+        "precision_aware_optimizer", "cpu_offloading_num_layers", "nccl_algo", "nccl_proto", "cp_comm_type"]
     dim, parse, text, metavar = SPACE_FLAGS["zero-stage"]
     assert parse("0, 1") == (0, 1) and "valid: 0, 1, 2, 3" in text and "default space: 0, 1" in text
     assert SPACE_FLAGS["nccl-algo"][1]("ring,tree") == ("ring,tree",)
@@ -249,9 +250,11 @@ def test_optuna_encoding_tokens() -> None:
     valid = enumerate_valid(Context(problem.model, problem.cluster, problem.training), space)
     enc = osr.Encoding.build(valid, space)
     desc = enc.description()
-    # cp, cp_comm_type and stage_plan are new dimensions at their default alone here: left out of the
+    # the new dimensions (cp, stage plan, memory levers) at their default alone: left out of the
     # description (the study fingerprint), so 65b/16's stored studies keep their names
-    assert list(desc) == [p for p in osr.PARAM_ORDER if p not in ("cp", "cp_comm_type", "stage_plan")]
+    new = ("cp", "cp_comm_type", "stage_plan", "recompute_num_layers",
+           "precision_aware_optimizer", "cpu_offloading_num_layers")
+    assert list(desc) == [p for p in osr.PARAM_ORDER if p not in new]
     assert "tp4_pp4" in desc["layout"] and desc["schedule"] == ["1f1b", "interleaved_v2",
                                                                 "interleaved_v4"]
     assert desc["recompute"] == ["none", "selective", "full"]
@@ -265,7 +268,8 @@ def test_optuna_encoding_tokens() -> None:
 
 _BAD = {"tp": 0, "pp": 0, "cp": 0, "dp": 0, "micro_batch_size": 0, "precision": "bf61",
         "recompute": "nope", "sequence_parallel": 3, "zero_stage": 9, "schedule": "x",
-        "virtual_stages": 0, "stage_plan": "lopsided", "nccl_algo": "rign", "nccl_proto": "simpel",
+        "virtual_stages": 0, "stage_plan": "lopsided", "recompute_num_layers": -1,
+        "precision_aware_optimizer": "fp4", "cpu_offloading_num_layers": -1, "nccl_algo": "rign", "nccl_proto": "simpel",
         "cp_comm_type": "ring"}
 
 

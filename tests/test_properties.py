@@ -202,13 +202,18 @@ def _zero3_padding_bytes(v: Valid, j: int) -> float:
     t, d = int(v.batch.tp[j]), int(v.batch.dp[j])
     m = v.combo.model
     grow = float(padded_vocab(m.vocab_size, 2 * t) - padded_vocab(m.vocab_size, t))
-    matrices = 1 if m.tied_embeddings else 2  # ZeRO-3 needs pp = 1: the head is on this rank
+    # tied embeddings on one stage are one matrix; under a pipeline the loss's stage has a copy
+    matrices = 1 if m.tied_embeddings and v.batch.pp[j] == 1 else 2
     padding = grow * m.hidden_size * matrices * PARAM_BYTES[v.batch.precision[j]] / (t * d)
     # Parameters TP replicates (the final norm, learned positions) are sharded over dp only:
     # halving dp doubles their share, R / (d / 2) - R / d = R / d.
     replicated = (m.hidden_size * (2 if m.normalization == "layernorm" else 1)
                   + m.position_params(v.combo.training.seq_length))
-    return padding + replicated * PARAM_BYTES[v.batch.precision[j]] / d
+    # With a pipeline (ZeRO-3 / FSDP under PP, issue 21) the weights breakdown follows the peak
+    # stage, which can move from the loss's stage to the embedding's (it holds the learned
+    # positions) when tp doubles: at most that share once more.
+    stages = 2.0 if v.batch.pp[j] > 1 else 1.0
+    return padding + stages * replicated * PARAM_BYTES[v.batch.precision[j]] / d
 
 
 @PROPS
@@ -238,6 +243,11 @@ def test_zero3_weight_growth_is_exactly_padding_and_replicated_params():
 @given(pair("pp"))
 def test_weight_memory_never_grows_with_pp(drawn):
     v, (j, j2) = drawn  # j2: pp doubled, dp halved
+    if v.batch.zero_stage[j] == 3:
+        # ZeRO-3 (admitted under PP since issue 21) holds a stage's parameters / d, and pp x d
+        # is fixed: the layers' share stays, but the embedding and the head, which a stage
+        # holds whole, are sharded over half as many ranks
+        return
     w = _score(v, [j, j2]).memory_breakdown_bytes["weights"]
     assert w[1] <= w[0] * (1 + 1e-12), (_cfg(v, j), w)
 
@@ -260,13 +270,28 @@ def _optimizer_switch_bytes(v: Valid, j: int) -> float:
     return fw.memory.reduce_bucket_bytes / (1.0 - f)
 
 
+def _zero3_prefetch_bytes(v: Valid, j: int) -> float:
+    """ZeRO 2 -> 3 adds two gathered layers of 16-bit parameters (the prefetch buffer, with its
+    share of the allocator's reserve), which a pipeline stage of few layers sharded over a
+    small dp (ZeRO-3 under PP, issue 21) may not pay back."""
+    from costmodel.calibration import efficiency_for
+    from costmodel.memory import PARAM_BYTES
+
+    if v.batch.zero_stage[j] != 2:
+        return 0.0
+    f = efficiency_for(v.combo.cluster.gpu.compute_capability).allocator_fraction
+    layer = v.combo.model.params_per_layer / int(v.batch.tp[j])
+    return 2.0 * layer * PARAM_BYTES[v.batch.precision[j]] / (1.0 - f)
+
+
 @PROPS
 @given(pair("zero"))
 def test_higher_zero_stage_never_needs_more_memory(drawn):
     v, (j, j2) = drawn  # j2: the same configuration with zero_stage + 1
     s = _score(v, [j, j2])
     assert s.peak_memory_bytes[1] <= (s.peak_memory_bytes[0] * (1 + 1e-12)
-                                      + _optimizer_switch_bytes(v, j)), \
+                                      + _optimizer_switch_bytes(v, j)
+                                      + _zero3_prefetch_bytes(v, j)), \
         (_cfg(v, j), s.peak_memory_bytes)
     m = s.memory_breakdown_bytes
     assert m["optimizer_states"][1] <= m["optimizer_states"][0] * (1 + 1e-12)

@@ -263,9 +263,24 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     a += ["--attention-dropout", dropout, "--hidden-dropout", dropout]
     if not training.flash_attention:  # the s^2 score path the model then scores
         a += ["--attention-backend", "unfused"]
-    a += _megatron_recompute(config.recompute)
+    a += _megatron_recompute(config.recompute, config.recompute_num_layers)
     a += _megatron_data_parallel(config)
     a += _megatron_precision(config.precision, cluster)
+    a += _megatron_optimizer_dtypes(config.precision_aware_optimizer)
+    if config.cpu_offloading_num_layers:  # no --cpu-offloading flag: N > 0 turns it on
+        a += ["--cpu-offloading-num-layers", str(config.cpu_offloading_num_layers)]
+    return a
+
+
+def _megatron_optimizer_dtypes(option: str) -> list[str]:
+    """Megatron-Core's precision-aware optimizer (TE FusedAdam; megatron/training/arguments.py
+    --use-precision-aware-optimizer, --exp-avg-dtype, --exp-avg-sq-dtype, --main-grads-dtype)."""
+    if option == "off":
+        return []
+    a = ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype",
+         "bf16"]
+    if option == "bf16_moments_grads":
+        a += ["--main-grads-dtype", "bf16"]
     return a
 
 
@@ -330,9 +345,12 @@ def _megatron_shape(model: ModelSpec) -> list[str]:
     return a
 
 
-def _megatron_recompute(recompute: str) -> list[str]:
+def _megatron_recompute(recompute: str, num_layers: int = 0) -> list[str]:
     if recompute == "selective":  # core attention; selective takes no method (validate_args)
         return ["--recompute-granularity", "selective", "--recompute-modules", "core_attn"]
+    if recompute == "full" and num_layers:  # the first N layers of each model chunk
+        return ["--recompute-granularity", "full", "--recompute-method", "block",
+                "--recompute-num-layers", str(num_layers)]
     if recompute == "full":  # every layer checkpointed at its input
         return ["--recompute-granularity", "full", "--recompute-method", "uniform",
                 "--recompute-num-layers", "1"]
