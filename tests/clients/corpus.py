@@ -133,7 +133,7 @@ def bundles() -> tuple[tuple[Scenario, Any], ...]:
     """(scenario, EvaluateResult) for every scenario, through the public API."""
     from optimizer.api import evaluate
 
-    return tuple((s, evaluate(s.run(), memory_limit_gib=1000)) for s in SCENARIOS)
+    return tuple((s, evaluate(s.run(), memory_fraction=1.0)) for s in SCENARIOS)
 
 
 # Searches as a user runs them: every distinct front point's bundle is checked too.

@@ -62,7 +62,11 @@ def check_megatron(result):
     from costmodel.schedule import stage_layers
 
     first, middle, last, _ = stage_layers(model.num_layers, c.pp)
-    if c.pp > 1 and model.num_layers % c.pp:
+    if c.pp > 1 and model.num_layers % c.pp and interleaved:
+        # an uneven interleaved plan goes through --pipeline-model-parallel-layout (Megatron
+        # refuses first/last-stage layer counts with virtual stages)
+        assert args.pipeline_model_parallel_layout, args.pipeline_model_parallel_layout
+    elif c.pp > 1 and model.num_layers % c.pp:
         assert (tc.num_layers_in_first_pipeline_stage,
                 tc.num_layers_in_last_pipeline_stage) == (int(first), int(last))
         rest = model.num_layers - int(first) - int(last)
