@@ -1,0 +1,148 @@
+"""Mixture-of-Experts: spec validation, parameter counts, HF loading (issue 22)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from costmodel.errors import InputError
+from costmodel.models_catalog import get_model
+from costmodel.specs import MLASpec, ModelSpec, MoESpec
+
+# (catalog name, published total, published active) in billions: DeepSeek-V3 report abstract
+# (671 / 37), modern-training.md 2.1's derived checks, the model cards (OpenAI gpt-oss:
+# 116.8 / 20.9 total; Mistral: 46.7 / 12.9, 141 / 39)
+PUBLISHED = [("deepseek-v3", 671.0, 37.5), ("qwen3-30b-a3b", 30.5, 3.35),
+             ("qwen3-235b-a22b", 235.1, 22.2), ("mixtral-8x7b", 46.7, 12.9),
+             ("mixtral-8x22b", 140.6, 39.2), ("gpt-oss-120b", 116.8, None),
+             ("gpt-oss-20b", 20.9, None)]
+
+
+@pytest.mark.parametrize("name,total,active", PUBLISHED)
+def test_catalog_counts_match_published(name, total, active):
+    m = get_model(name)
+    assert m.total_params() / 1e9 == pytest.approx(total, rel=0.005)
+    if active is not None:
+        assert m.active_params() / 1e9 == pytest.approx(active, rel=0.01)
+
+
+def test_deepseek_v3_layers_and_mla():
+    m = get_model("deepseek-v3")
+    assert (m.dense_layers, m.moe_layers) == (3, 58)
+    assert m.attention_params == pytest.approx(187.1e6, rel=1e-3)  # modern-training.md 2.6
+    assert m.mtp_params / 1e9 == pytest.approx(11.6, rel=0.02)
+    assert m.moe.megatron_layer_freq(m.num_layers) == "([0]*3+[1]*58)"
+
+
+def test_dense_counts_unchanged():
+    m = get_model("llama2-70b")
+    assert m.moe is None and m.active_params() == m.total_params()
+    assert m.layers_params == m.num_layers * m.params_per_layer
+
+
+def test_moe_validation_names_fields():
+    base = dict(name="x", num_layers=4, hidden_size=64, num_attention_heads=4,
+                ffn_hidden_size=128, vocab_size=100, gated_mlp=True)
+    with pytest.raises(InputError) as e:
+        MoESpec(num_experts=4, top_k=8, expert_ffn_hidden_size=32)
+    assert e.value.field == "model.moe.top_k"
+    with pytest.raises(InputError) as e:
+        MoESpec(num_experts=4, top_k=1, expert_ffn_hidden_size=32, shared_experts=1)
+    assert e.value.field == "model.moe.shared_ffn_hidden_size"
+    with pytest.raises(InputError) as e:
+        ModelSpec(**base, moe=MoESpec(num_experts=4, top_k=1, expert_ffn_hidden_size=32,
+                                      dense_layers=4))
+    assert e.value.field == "model.moe.dense_layers"
+    with pytest.raises(InputError) as e:
+        MLASpec(kv_lora_rank=0, qk_nope_head_dim=1, qk_rope_head_dim=1, v_head_dim=1)
+    assert e.value.field == "model.mla.kv_lora_rank"
+
+
+def test_contract_mapping_with_moe_block():
+    from costmodel.loaders import model_from_mapping
+
+    m = model_from_mapping(dict(name="m", num_layers=4, hidden_size=64, num_attention_heads=4,
+                                ffn_hidden_size=128, vocab_size=100, gated_mlp=True,
+                                moe=dict(num_experts=8, top_k=2, expert_ffn_hidden_size=32)))
+    assert m.moe.num_experts == 8
+    with pytest.raises(InputError) as e:
+        model_from_mapping(dict(name="m", num_layers=4, hidden_size=64, num_attention_heads=4,
+                                ffn_hidden_size=128, vocab_size=100,
+                                moe=dict(num_experts=8, top_k=2, expert_ffn_hidden_size=32,
+                                         topk=3)))
+    assert e.value.field.startswith("model.moe")
+
+
+# ---- against the Hugging Face model built on the meta device ---------------------------------
+_HF = importlib.util.find_spec("transformers") is not None
+_TORCH = importlib.util.find_spec("torch") is not None
+
+# family -> (HF config class kwargs, our catalog name): the checkpoints' config.json values
+HF_CONFIGS = {
+    "mixtral": ("MixtralConfig", dict(num_hidden_layers=32, hidden_size=4096,
+                                      num_attention_heads=32, num_key_value_heads=8,
+                                      intermediate_size=14336, vocab_size=32000,
+                                      num_local_experts=8, num_experts_per_tok=2,
+                                      tie_word_embeddings=False), "mixtral-8x7b"),
+    "qwen3_moe": ("Qwen3MoeConfig", dict(num_hidden_layers=48, hidden_size=2048,
+                                         num_attention_heads=32, num_key_value_heads=4,
+                                         head_dim=128, intermediate_size=6144,
+                                         moe_intermediate_size=768, vocab_size=151936,
+                                         num_experts=128, num_experts_per_tok=8,
+                                         decoder_sparse_step=1, mlp_only_layers=[],
+                                         tie_word_embeddings=False), "qwen3-30b-a3b"),
+    "deepseek_v3": ("DeepseekV3Config", dict(num_hidden_layers=61, hidden_size=7168,
+                                             num_attention_heads=128, num_key_value_heads=128,
+                                             intermediate_size=18432,
+                                             moe_intermediate_size=2048, vocab_size=129280,
+                                             n_routed_experts=256, n_shared_experts=1,
+                                             num_experts_per_tok=8, first_k_dense_replace=3,
+                                             q_lora_rank=1536, kv_lora_rank=512,
+                                             qk_nope_head_dim=128, qk_rope_head_dim=64,
+                                             v_head_dim=128, tie_word_embeddings=False),
+                    "deepseek-v3"),
+    "gpt_oss": ("GptOssConfig", dict(num_hidden_layers=24, hidden_size=2880,
+                                     num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+                                     intermediate_size=2880, vocab_size=201088,
+                                     num_local_experts=32, num_experts_per_tok=4,
+                                     tie_word_embeddings=False), "gpt-oss-20b"),
+    "llama4_text": ("Llama4TextConfig", dict(num_hidden_layers=48, hidden_size=5120,
+                                             num_attention_heads=40, num_key_value_heads=8,
+                                             head_dim=128, intermediate_size=8192,
+                                             intermediate_size_mlp=16384, vocab_size=202048,
+                                             num_local_experts=16, num_experts_per_tok=1,
+                                             interleave_moe_layer_step=1,
+                                             tie_word_embeddings=False), "llama4-scout"),
+}
+
+
+@pytest.mark.skipif(not (_HF and _TORCH), reason="needs transformers and torch (pip install "
+                    "transformers torch): the HF models are built on the meta device")
+@pytest.mark.parametrize("family", sorted(HF_CONFIGS))
+def test_total_params_match_hf_meta_model(family):
+    import torch
+    import transformers
+
+    cls_name, kw, ours = HF_CONFIGS[family]
+    config = getattr(transformers, cls_name)(**kw)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    hf_total = sum(p.numel() for p in model.parameters())
+    assert get_model(ours).total_params() == pytest.approx(hf_total, rel=0.005)
+
+
+@pytest.mark.skipif(not _HF, reason="needs transformers (pip install transformers)")
+@pytest.mark.parametrize("family", sorted(HF_CONFIGS))
+def test_hf_config_class_dict_loads_to_catalog_counts(family):
+    """The HF configuration class's own to_dict() (its field names and defaults) loads to
+    the catalog entry's counts."""
+    import transformers
+
+    from costmodel.loaders import model_from_mapping
+
+    cls_name, kw, ours = HF_CONFIGS[family]
+    d = getattr(transformers, cls_name)(**kw).to_dict()
+    m, ref = model_from_mapping(d), get_model(ours)
+    assert m.total_params() == pytest.approx(ref.total_params(), rel=0.005)
+    assert m.active_params() == pytest.approx(ref.active_params(), rel=0.005)
