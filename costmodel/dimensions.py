@@ -99,6 +99,10 @@ class Dimension:
     optuna: OptunaParam | None = None
     column: Column | None = None
     name: str = ""
+    #: left out of config and space documents (and so fingerprints) at its default, and its
+    #: front-table column shown only when a point leaves the default: ``ep`` and ``etp``,
+    #: which dense problems never leave at 1
+    omit_default: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -299,10 +303,39 @@ def default_precision(model: Any, cluster: Any, training: Any) -> tuple[str]:
                  next(iter(cluster.gpu.peak_flops_per_s))),)
 
 
+def _powers_of_two_dividing(n: int, cap: int) -> list[int]:
+    return [1 << k for k in range(max(cap, 1).bit_length()) if (1 << k) <= cap
+            and n % (1 << k) == 0]
+
+
+def default_ep(model: Any, cluster: Any, training: Any) -> list[int]:
+    """1 for dense models; for MoE, powers of two dividing the routed experts up to the
+    NVLink domain and the GPUs (the ep_within_domain rule keeps EP x ETP inside it)."""
+    moe = getattr(model, "moe", None)
+    if moe is None:
+        return [1]
+    cap = min(moe.num_experts, cluster.num_gpus, max(cluster.domain_gpus, 1))
+    return _powers_of_two_dividing(moe.num_experts, cap)
+
+
+def default_etp(model: Any, cluster: Any, training: Any) -> list[int]:
+    """1 for dense models; for MoE 1, 2, 4, 8 up to gpus_per_node (the MoE README prefers
+    etp = 1 for fine-grained experts; etp <= tp is a rule)."""
+    if getattr(model, "moe", None) is None:
+        return [1]
+    return [e for e in (1, 2, 4, 8) if e <= cluster.gpus_per_node
+            and model.moe.expert_ffn_hidden_size % e == 0]
+
+
 # --------------------------------------------------------------------------------------------
 # Optuna tokens and table formats of the joint parameters / columns
-def layout_token(tp: int, pp: int) -> str:
-    return f"tp{tp}_pp{pp}"
+def layout_token(tp: int, pp: int, ep: int = 1, etp: int = 1) -> str:
+    """The joint layout parameter's token; ep and etp are named only when not 1, so dense
+    studies keep their tokens."""
+    tok = f"tp{tp}_pp{pp}"
+    if ep != 1 or etp != 1:
+        tok += f"_ep{ep}_etp{etp}"
+    return tok
 
 
 def schedule_token(schedule: str, virtual_stages: int) -> str:
@@ -327,7 +360,7 @@ def yes_dash(value: Any, cfg: Mapping[str, Any]) -> str:
 
 __all__ = [
     "BOOL", "CHOICE", "DEFAULT_MICRO_BATCH_SIZES", "INT", "KINDS", "STRING", "Column",
-    "Dimension", "OptunaParam", "default_micro_batch_sizes", "default_pp", "default_precision",
-    "default_tp", "dim", "dimensions_of", "joint_order", "joint_tokens", "layout_token",
+    "Dimension", "OptunaParam", "default_ep", "default_etp", "default_micro_batch_sizes",
+    "default_pp", "default_precision", "default_tp", "dim", "dimensions_of", "joint_order", "joint_tokens", "layout_token",
     "nccl_label", "optuna_params", "schedule_label", "schedule_token", "searched", "yes_dash",
 ]

@@ -142,13 +142,22 @@ def attention_block(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, dev
     tokens = sh.tokens
     lin = [Kernel("qkv", GEMM, tokens, (a + 2 * g) * hd / t, h),
            Kernel("proj", GEMM, tokens, h, a * hd / t)]
+    if model.mla is not None:
+        # MLA (modern-training.md 2.6): the down- and up-projections of q and of the joint
+        # kv latent, lumped as one column-parallel GEMM of their FLOPs; the output
+        # projection reads a v heads of v_head_dim
+        dv = float(model.mla.v_head_dim)
+        n_in = (model.attention_params - a * dv * h) / h
+        lin = [Kernel("qkv", GEMM, tokens, n_in / t, h),
+               Kernel("proj", GEMM, tokens, h, a * dv / t)]
     if training.flash_attention:
         lf = layer_forward_flops(model, sh.seq, sh.micro_batch, t)
         # causal fused attention does half of the square (Dao et al. 2022); the kernels are
         # built for head dimensions in steps of 32 (FlashAttention-2: 32..256), so others run
         # padded to the next one
         square = 0.5 if model.causal else 1.0  # causal kernels skip the masked half
-        pad = np.ceil(hd / 32.0) * 32.0 / hd
+        hd_k = hd if model.mla is None else float(model.mla.qk_head_dim)
+        pad = np.ceil(hd_k / 32.0) * 32.0 / hd_k
         core = [Kernel("attn", ATTENTION, flops=square * pad * lf.attention_flops),
                 Kernel("attn.bwd", ATTENTION, backward_of="attn")]
         # selective recompute checkpoints the core attention even when it is fused in
@@ -466,13 +475,40 @@ _COST_FIELDS = tuple(f.name for f in fields(LayerCosts) if f.name not in ("table
 
 
 def layer_tables(model: ModelSpec, training: TrainingSpec, fw, dev: Device, sh: Shard, rc,
-                 fallback) -> tuple[OpTable, OpTable, OpTable]:
+                 fallback, batch=None) -> tuple[OpTable, OpTable, OpTable]:
     """The dense layer's op table (attention + MLP + element-wise), its TP collectives and the
     embedding / head table."""
+    if model.moe is not None:
+        return _moe_layer_tables(model, training, fw, dev, sh, rc, fallback, batch)
     layer = (attention_block(sh, model, training, fw, dev, fallback) + mlp_block(sh)
              + layer_memory_ops(sh, model, training, fw, dev))
     return (layer, tp_collectives(sh, dev, rc),
             embedding_table(sh, fw, dev, float(model.params_per_layer)))
+
+
+def _moe_layer_tables(model: ModelSpec, training: TrainingSpec, fw, dev: Device, sh: Shard,
+                      rc, fallback, batch) -> tuple[OpTable, OpTable, OpTable]:
+    """A MoE model's layer, averaged over its layers (``frac`` of them MoE): attention and
+    element-wise as dense (the element-wise FFN term on the dense layers' share), the dense
+    MLP's rows ``1 - frac`` times, the MoE block's (:mod:`costmodel.moe`) ``frac`` times."""
+    from costmodel import moe as moe_ops
+
+    ms = moe_ops.moe_shape(model, training, batch, sh.tokens, sh.tp)
+    frac = ms.frac
+    dense_sh = replace(sh, ffn=(1.0 - frac) * sh.ffn, up=(1.0 - frac) * sh.up)
+    mlp = mlp_block(sh)
+    mlp = OpTable("mlp", mlp.kernels, tuple(
+        op._replace(repeat=(1.0 if op.repeat is None else op.repeat) * (1.0 - frac))
+        for op in mlp.ops))
+    kerns, rows = moe_ops.moe_kernels(model, sh, ms, dev.act_bytes)
+    ops = tuple(Op(n, k, p, c, frac * (1.0 if r is None else r), parts)
+                for n, k, p, c, r, parts in rows)
+    layer = (attention_block(sh, model, training, fw, dev, fallback) + mlp
+             + OpTable("moe", tuple(kerns), ops)
+             + layer_memory_ops(dense_sh, model, training, fw, dev))
+    non_expert, expert = moe_ops.expert_param_split(model)
+    local = non_expert + expert * sh.tp / (ms.ep * ms.etp)  # /t below: per-rank gradients
+    return (layer, tp_collectives(sh, dev, rc), embedding_table(sh, fw, dev, local))
 
 
 def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, gpu, comm,
@@ -483,7 +519,7 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
     dev = device_for(gpu, eff, batch.precision)
     sh = shard_of(model, training, batch)
     fallback = softmax_falls_back(fw, model, training, batch.precision, sh.heads_local)
-    tables = layer_tables(model, training, fw, dev, sh, rc, fallback)
+    tables = layer_tables(model, training, fw, dev, sh, rc, fallback, batch)
     kernels = tuple(k for table in tables for k in table.kernels)
     times = price(kernels, dev, comm, {"tp": Axis(batch.tp, tp_nodes)})
     layer = tables[0]
@@ -505,6 +541,14 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
                                            sh.sp, rc, core_recomputed=core_recomputed, **act)
     full_layer_act = layer_activation_bytes(model, sh.seq, sh.micro_batch, sh.tp,
                                             sh.sp, np.zeros_like(rc), **act)
+    if model.moe is not None:
+        from costmodel import moe as moe_ops
+
+        ms = moe_ops.moe_shape(model, training, batch, sh.tokens, sh.tp)
+        per_layer_act = per_layer_act + moe_ops.moe_activation_delta(model, sh, ms, rc,
+                                                                     dev.act_bytes)
+        full_layer_act = full_layer_act + moe_ops.moe_activation_delta(
+            model, sh, ms, np.zeros_like(rc), dev.act_bytes)
     zero = np.zeros(rc.shape)
 
     def kernel_s(name):
@@ -536,8 +580,11 @@ def price_distinct_layers(model: ModelSpec, training: TrainingSpec, eff: Efficie
                           system, batch: ConfigBatch, groups) -> tuple[LayerCosts, LayerCosts]:
     """Layer costs per configuration, computed once per distinct layer shape (the key of
     :func:`layer_key`); returns (per configuration, per distinct shape)."""
-    _, lfirst, linv = np.unique(layer_key(batch, groups.tp_nodes), return_index=True,
-                                return_inverse=True)
+    key = layer_key(batch, groups.tp_nodes)
+    if model.moe is not None:  # the MoE block's shapes depend on the expert grid
+        key = np.unique(np.stack([key, batch.ep, batch.etp], axis=1), axis=0,
+                        return_inverse=True)[1].reshape(-1)
+    _, lfirst, linv = np.unique(key, return_index=True, return_inverse=True)
     sub = batch.take(lfirst)
     distinct = layer_costs(model, training, eff, fw, gpu,
                            Collectives(system, sub, groups.layout[lfirst]), sub,

@@ -21,6 +21,8 @@ from costmodel.dimensions import (
     Column,
     Dimension,
     OptunaParam,
+    default_ep,
+    default_etp,
     default_micro_batch_sizes,
     default_pp,
     default_precision,
@@ -612,8 +614,17 @@ class TrainingSpec:
     # Megatron-Core --tp-comm-overlap: TP all-gathers / reduce-scatters (sequence parallel
     # only) pipelined with the GEMMs next to them (Transformer Engine userbuffers)
     tp_comm_overlap: bool = False
+    # MoE: the most loaded EP rank's routed tokens over the mean (None: costmodel.moe's
+    # DEFAULT_LOAD_IMBALANCE for real routing; 1.0 for force-balanced benchmarks)
+    moe_load_imbalance: float | None = None
 
     def __post_init__(self) -> None:
+        if self.moe_load_imbalance is not None:
+            _set(self, "moe_load_imbalance",
+                 _pos("training", "moe_load_imbalance", self.moe_load_imbalance))
+            if self.moe_load_imbalance < 1:
+                raise InputError("training.moe_load_imbalance",
+                                 f"must be >= 1 (max over mean), got {self.moe_load_imbalance}")
         _set(self, "seq_length", _int("training", "seq_length", self.seq_length))
         _set(self, "global_batch_size",
              _int("training", "global_batch_size", self.global_batch_size))
@@ -680,6 +691,14 @@ class ParallelConfig:
                          column=Column("NCCL", 100, nccl_label, left=True))
     nccl_proto: str = dim(STRING, "auto", "the NCCL_PROTO setting",
                           values=NCCL_PROTOS, expand_rank=9, optuna=OptunaParam("nccl_proto", 8))
+    # MoE layers' expert grid (Megatron-Core MoE parallel folding: the expert view of
+    # costmodel.layout, edp = world / (etp * ep * pp)); members of the joint layout parameter
+    ep: int = dim(INT, 1, "expert-parallel size (MoE layers)", space_default=default_ep,
+                  expand_rank=11, optuna=OptunaParam("layout", 0), column=Column("ep", 25),
+                  omit_default=True)
+    etp: int = dim(INT, 1, "expert-tensor-parallel size (MoE layers)",
+                   space_default=default_etp, expand_rank=12, optuna=OptunaParam("layout", 0),
+                   column=Column("etp", 26), omit_default=True)
 
     def __post_init__(self) -> None:
         for d in PARALLEL_DIMENSIONS:
@@ -693,8 +712,20 @@ class ParallelConfig:
     def world_size(self) -> int:
         return self.tp * self.pp * self.dp
 
+    @property
+    def expert_dp(self) -> int:
+        """edp: the expert data-parallel degree, world / (etp * ep * pp)."""
+        return self.world_size // (self.etp * self.ep * self.pp)
+
     def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The fields, less ``omit_default`` ones at their default (a dense layout's
+        document is what it was before ep/etp existed)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if not (_omitted(f.name) and getattr(self, f.name) == f.default)}
+
+
+def _omitted(name: str) -> bool:
+    return DIMENSIONS_BY_NAME[name].omit_default
 
 
 def _check_dimension(d: Dimension, value: Any) -> Any:

@@ -160,7 +160,8 @@ def test_enumeration_order_puts_the_ruled_dimensions_first() -> None:
 
 def test_optuna_parameters_keep_their_names_and_order() -> None:
     params = optuna_params(PARALLEL_DIMENSIONS)
-    known = [("layout", ("tp", "pp")), ("micro_batch_size", ("micro_batch_size",)),
+    # ep and etp join the layout (their tokens are the old ones at ep = etp = 1)
+    known = [("layout", ("tp", "pp", "ep", "etp")), ("micro_batch_size", ("micro_batch_size",)),
              ("recompute", ("recompute",)), ("sequence_parallel", ("sequence_parallel",)),
              ("zero_stage", ("zero_stage",)), ("schedule", ("schedule", "virtual_stages")),
              ("precision", ("precision",)), ("nccl_algo", ("nccl_algo",)),

@@ -15,23 +15,41 @@ from optimizer.output.tables import fmt_table
 GIB = 1024**3
 
 
-def _dimension_cell(name: str, col: Column) -> Callable[[dict, dict], str]:
+def _dimension_cell(name: str, col: Column, default=None) -> Callable[[dict, dict], str]:
     if col.format is None:
-        return lambda c, m: str(c[name])
-    return lambda c, m: col.format(c[name], c)
+        return lambda c, m: str(c.get(name, default))
+    return lambda c, m: col.format(c.get(name, default), c)
 
 
 #: The front table's configuration columns, as (header, cell(config, metrics)): the dimension
 #: declarations' columns (costmodel.dimensions.Column) and, next to the micro-batch size, the
 #: microbatches per step, in column order.
-_CONFIG_COLUMNS: tuple[tuple[str, Callable[[dict, dict], str]], ...] = tuple(
-    (col.header, cell) for col, cell in sorted(
-        [(d.column, _dimension_cell(d.name, d.column)) for d in PARALLEL_DIMENSIONS
+_ALL_CONFIG_COLUMNS: tuple[tuple[str, Callable[[dict, dict], str], str | None], ...] = tuple(
+    (col.header, cell, name) for col, cell, name in sorted(
+        [(d.column, _dimension_cell(d.name, d.column, d.default),
+          d.name if d.omit_default else None) for d in PARALLEL_DIMENSIONS
          if d.column is not None]
-        + [(Column("m", 45), lambda c, m: str(m["microbatches_per_step"]))],
+        + [(Column("m", 45), lambda c, m: str(m["microbatches_per_step"]), None)],
         key=lambda cc: cc[0].order))
-FRONT_COLUMNS = ("#", *(h for h, _ in _CONFIG_COLUMNS), "tokens/s", "MFU", "step s",
-                 "peak GiB", "bottleneck")
+#: the columns of a dense front (``omit_default`` dimensions such as ep / etp appear only
+#: where a front point leaves their default: :func:`config_columns`)
+_CONFIG_COLUMNS = tuple((h, cell) for h, cell, opt in _ALL_CONFIG_COLUMNS if opt is None)
+_TAIL = ("tokens/s", "MFU", "step s", "peak GiB", "bottleneck")
+FRONT_COLUMNS = ("#", *(h for h, _ in _CONFIG_COLUMNS), *_TAIL)
+
+
+def config_columns(doc: dict[str, Any]) -> tuple[tuple[str, Callable[[dict, dict], str]], ...]:
+    """The front's configuration columns: the dense ones, plus each ``omit_default``
+    dimension some front point sets."""
+    moe = "moe" in doc.get("inputs", {}).get("model", {})
+    shown = {name for _, _, name in _ALL_CONFIG_COLUMNS if name is not None
+             and (moe or any(name in p["config"] for p in doc["pareto_front"]))}
+    return tuple((h, cell) for h, cell, opt in _ALL_CONFIG_COLUMNS
+                 if opt is None or opt in shown)
+
+
+def front_columns(doc: dict[str, Any]) -> tuple[str, ...]:
+    return ("#", *(h for h, _ in config_columns(doc)), *_TAIL)
 
 
 def _schedule(cfg: dict[str, Any]) -> str:
@@ -49,7 +67,7 @@ def front_rows(doc: dict[str, Any]) -> list[list[str]]:
     for i, p in enumerate(doc["pareto_front"]):
         c, m = p["config"], p["metrics"]
         mark = "*" if i == doc["recommended"] else ""
-        rows.append([f"{i}{mark}", *(cell(c, m) for _, cell in _CONFIG_COLUMNS),
+        rows.append([f"{i}{mark}", *(cell(c, m) for _, cell in config_columns(doc)),
                      f"{m['tokens_per_s']:,.0f}", f"{m['mfu']:.3f}",
                      f"{m['step_time_s']:.3f}", f"{m['peak_memory_bytes'] / GIB:.1f}",
                      main_bottleneck(m)])
@@ -70,7 +88,7 @@ def render_front(doc: dict[str, Any]) -> str:
             f"sampler {st['sampler']}: {st['configs_evaluated']:,} configurations scored "
             f"({st['valid_space_size']:,} valid, {st['configs_feasible']:,} fit in memory), "
             f"Pareto front of {len(doc['pareto_front'])} in {st.get('wall_s', 0):.2f} s\n\n")
-    table = fmt_table(FRONT_COLUMNS, front_rows(doc),
+    table = fmt_table(front_columns(doc), front_rows(doc),
                        "Pareto front: tokens/s vs peak memory (* = recommended)")
     return head + table + "\n" + render_recommendation(doc)
 
