@@ -36,7 +36,7 @@ from optimizer.core.results import (
 
 __all__ = ["GIB", "SAFETY_MARGIN", "SCHEMA_VERSION", "Candidate", "EvaluateResult",
            "OptimizeResult", "Problem", "candidates_from", "document_head", "evaluate", "finish",
-           "optimize", "recommend", "resolve_problem", "tool_version"]
+           "optimize", "plan", "recommend", "resolve_problem", "tool_version"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -44,13 +44,16 @@ def candidates_from(problem: Problem, batch: ConfigBatch, scores, indices,
                     *, with_launch: bool = True) -> tuple[Candidate, ...]:
     """Candidates (metrics, diagnosis, launch) for rows ``indices`` of a scored batch."""
     from optimizer.output.diagnose import diagnose
+    from optimizer.planning.intervals import annotate, problem_intervals
 
+    step_iv, mem_iv = problem_intervals(problem)
     out = []
     for i in indices:
         cfg = batch.config(int(i))
         metrics = scores.row(int(i))
         metrics["memory_limit_bytes"] = problem.memory_limit_bytes
         metrics["memory_headroom"] = 1.0 - metrics["peak_memory_bytes"] / problem.memory_limit_bytes
+        annotate(metrics, step_iv, mem_iv)
         launch = {}
         if with_launch:
             from optimizer.launch.flags import launch_bundle
@@ -78,12 +81,15 @@ def optimize(model: Any, gpus: int | None = None, *, cluster: Any = None,
              sampler: str = "auto", trials: int = 300, seed: int = 0, jobs: int = 1,
              batch_size: int = 32, space: Mapping[str, Any] | None = None,
              allow_cross_node_tp: bool = False, storage: str | None = None,
-             study_name: str | None = None, progress: bool = False) -> OptimizeResult:
+             study_name: str | None = None, progress: bool = False,
+             keep_cloud: bool = False) -> OptimizeResult:
     """Search the configuration space and return the Pareto front (contract.md section 3).
 
     ``training``: a :class:`TrainingSpec` or a mapping of its fields (``framework``,
     ``tp_comm_overlap``, ``flash_attention``, ...); ``seq_length`` / ``global_batch_size``
-    override the mapping's.
+    override the mapping's. ``keep_cloud``: the result also keeps a sample of the dominated
+    feasible configurations (``result.cloud``, the document's ``dominated``) for the HTML
+    report.
     """
     from optimizer import search
 
@@ -97,10 +103,27 @@ def optimize(model: Any, gpus: int | None = None, *, cluster: Any = None,
     outcome = search.run(problem, space=space, sampler=sampler, trials=trials, seed=seed,
                          jobs=jobs, batch_size=batch_size, storage=storage,
                          study_name=study_name, progress=progress)
-    return finish(problem, outcome, t0)
+    return finish(problem, outcome, t0, keep_cloud=keep_cloud)
 
 
-def finish(problem: Problem, outcome, t0: float) -> OptimizeResult:
+CLOUD_MAX = 1500  # dominated points kept for the HTML report's cloud
+
+
+def _cloud(problem: Problem, outcome, idx, front_idx) -> tuple:
+    """Up to CLOUD_MAX dominated feasible points: (tokens/s, peak bytes, short label)."""
+    from optimizer.output.report import short_label
+
+    scores = outcome.scores
+    rest = np.setdiff1d(idx, front_idx)
+    if len(rest) > CLOUD_MAX:
+        rest = rest[np.argsort(-scores.tokens_per_s[rest], kind="stable")]
+        rest = rest[np.linspace(0, len(rest) - 1, CLOUD_MAX).astype(int)]
+    return tuple((float(scores.tokens_per_s[i]), float(scores.peak_memory_bytes[i]),
+                  short_label(outcome.batch.config(int(i)).as_dict())) for i in rest)
+
+
+def finish(problem: Problem, outcome, t0: float, *, keep_cloud: bool = False
+           ) -> OptimizeResult:
     """Turn a search outcome into a result; raise InfeasibleError when nothing fits."""
     from optimizer.search.pareto import pareto_mask
 
@@ -119,10 +142,32 @@ def finish(problem: Problem, outcome, t0: float) -> OptimizeResult:
     front_idx = idx[mask]
     front_idx = front_idx[np.argsort(-scores.tokens_per_s[front_idx], kind="stable")]
     front = candidates_from(problem, outcome.batch, scores, front_idx)
+    cloud = _cloud(problem, outcome, idx, front_idx) if keep_cloud else ()
+    rec = recommend(front, problem.memory_limit_bytes)
+    try_these, within = _within_error(problem, front, rec)
     stats["wall_s"] = round(time.perf_counter() - t0, 4)
-    return OptimizeResult(problem, front, recommend(front, problem.memory_limit_bytes),
-                          MappingProxyType(dict(outcome.search_info)),
-                          MappingProxyType(stats))
+    return OptimizeResult(problem, front, rec, MappingProxyType(dict(outcome.search_info)),
+                          MappingProxyType(stats), cloud, try_these, within)
+
+
+def _within_error(problem: Problem, front: tuple[Candidate, ...], rec: int
+                  ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(front points that differ by more than the model's error: "try these", the points
+    within the model's error of the recommendation on both objectives)."""
+    from optimizer.planning.intervals import epsilon_representatives, problem_intervals
+
+    step_iv, mem_iv = problem_intervals(problem)
+    eps_t, eps_m = step_iv.half_width, mem_iv.half_width
+    pts = [(c.metrics["tokens_per_s"], c.metrics["peak_memory_bytes"]) for c in front]
+    order = sorted(range(len(front)), key=lambda i: (i != rec, -pts[i][0]))  # rec first
+    kept = epsilon_representatives([pts[i] for i in order], eps_t, eps_m)
+    try_these = tuple(sorted(order[k] for k in kept))
+    t0, m0 = pts[rec]
+    limit = problem.memory_limit_bytes
+    within = tuple(i for i, (t, m) in enumerate(pts) if i != rec
+                   and abs(t - t0) <= eps_t * max(t, t0)
+                   and abs(m - m0) <= eps_m * max(m, m0) and m <= limit)
+    return try_these, within
 
 
 def _infeasible(problem: Problem, outcome, stats) -> InfeasibleError:
@@ -151,6 +196,31 @@ def _infeasible(problem: Problem, outcome, stats) -> InfeasibleError:
         "stats": plain(stats),
     }
     return InfeasibleError(msg, payload=payload)
+
+
+def plan(model: Any, gpu_counts, *, tokens: float | None = None,
+         gpu_hour_cost: float | None = None, gpu: str = "a100-sxm-80gb",
+         gpus_per_node: int = 8, **optimize_kwargs: Any):
+    """Plan across cluster sizes: one :func:`optimize` per GPU count (a sequence, or a string
+    such as ``"64-1024"`` or ``"64,128,256"``: :func:`optimizer.planning.parse_gpu_counts`),
+    with time-to-train, GPU-hours and cost for ``tokens`` training tokens at
+    ``gpu_hour_cost`` per GPU-hour. Returns a :class:`optimizer.planning.PlanResult`.
+    ``optimize_kwargs`` go to :func:`optimize` (seq_length, global_batch_size, ...)."""
+    from optimizer.planning import parse_gpu_counts, run_plan
+
+    if optimize_kwargs.get("cluster") is not None:
+        raise InputError("--cluster", "a cluster file fixes the GPU count; planning across "
+                         "counts builds the cluster from --gpu and --gpus-per-node",
+                         "omit --cluster, or give one --gpus")
+    optimize_kwargs.pop("cluster", None)
+    counts = parse_gpu_counts(gpu_counts, gpus_per_node) if isinstance(gpu_counts, str | int) \
+        else tuple(gpu_counts)
+
+    def search(n: int) -> OptimizeResult:
+        return optimize(model, n, gpu=gpu, gpus_per_node=gpus_per_node, **optimize_kwargs)
+
+    return run_plan(search, counts, tokens=tokens, gpu_hour_cost=gpu_hour_cost, gpu=gpu,
+                    gpus_per_node=gpus_per_node)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -51,5 +51,5 @@ def output_result(doc: dict, args: argparse.Namespace) -> int:
     else:
         from optimizer.output.report import render_front
 
-        emit(render_front(doc))
+        emit(render_front(doc, top_k=getattr(args, "top_k", 0) or 0))
     return 0

@@ -7,6 +7,10 @@ from collections.abc import Callable
 
 from optimizer.cli.common import Parser
 
+_RANGE_HELP = ("a range A-B means the counts in [A, B] that are a power-of-two number of "
+               "full nodes (gpus-per-node x 2^k; below one node, powers of two), A-B:S every "
+               "multiple of S in [A, B] that is whole nodes")
+
 SUBCOMMANDS = ("evaluate", "report", "nccl", "models", "gpus", "clusters", "validate")
 
 
@@ -52,47 +56,105 @@ def _space_flags() -> dict[str, tuple[str, Callable, str, str]]:
 SPACE_FLAGS = _space_flags()
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default (unless the text already states one)."""
+
+    def _get_help_string(self, action):  # noqa: D401 - argparse hook
+        text = action.help or ""
+        if "default" in text or action.default is None or action.default is False \
+                or action.default == argparse.SUPPRESS or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
 def main_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="optimize", description="Search DP/TP/PP layouts, micro-batch, precision, "
+    p = Parser(prog="optimize", formatter_class=HelpFormatter,
+               description="Search DP/TP/PP layouts, micro-batch, precision, "
                 "recompute, ZeRO, schedule and NCCL settings for transformer training; print "
-                "the Pareto front of tokens/s vs peak memory per GPU. Subcommands: "
+                "the Pareto front of tokens/s vs peak memory per GPU. With several --gpus "
+                "counts (and --tokens), plan the job: per count the best layout, "
+                "time-to-train, GPU-hours and cost. Subcommands: "
                 + ", ".join(SUBCOMMANDS) + " (optimize SUBCOMMAND --help).")
-    p.add_argument("--model", help="catalog name/alias (65b, llama-65b, 175b, ...), HF "
-                   "config.json or model YAML")
-    p.add_argument("--gpus", type=int, help="total number of GPUs")
-    p.add_argument("--gpu", default="a100-sxm-80gb", help="GPU catalog key")
-    p.add_argument("--gpus-per-node", type=int, default=8)
-    p.add_argument("--cluster", help="cluster preset, cluster YAML or node-link graph JSON")
-    p.add_argument("--seq-length", type=int)
-    p.add_argument("--global-batch-size", type=int)
+    p.add_argument("--model", help="catalog name/alias (65b, llama-65b, llama3-70b, 175b, ...;"
+                   " `optimize models` lists them), HF config.json or model YAML; required")
+    p.add_argument("--gpus", metavar="N|N,N,..|A-B[:S]",
+                   help="total number of GPUs, or several to plan across: a list "
+                        "(64,128,256) or a range; " + _RANGE_HELP + "; required without "
+                        "--cluster")
+    p.add_argument("--gpu", default="a100-sxm-80gb",
+                   help="GPU catalog key (`optimize gpus` lists them: v100-sxm-32gb, "
+                        "a100-sxm-40gb, a100-sxm-80gb, h100-sxm-80gb, h200-sxm-141gb, b200, "
+                        "mi300x, ...)")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (1..)")
+    p.add_argument("--cluster", help="cluster preset (`optimize clusters`), cluster YAML or "
+                   "node-link graph JSON (default: nodes of --gpus-per-node --gpu GPUs on a "
+                   "DGX-like fabric)")
+    p.add_argument("--seq-length", type=int,
+                   help="tokens per sequence (default: the catalog model's pre-training "
+                        "recipe where known, e.g. 8192 for Llama 3, else 2048)")
+    p.add_argument("--global-batch-size", type=int,
+                   help="sequences per optimizer step (default: 1024)")
+    p.add_argument("--tokens", type=float, metavar="N",
+                   help="training tokens (e.g. 15e12): adds time-to-train, GPU-hours and "
+                        "cost per GPU count (default: none; batch-size ramps come later: the "
+                        "global batch is fixed for the whole run)")
+    p.add_argument("--gpu-hour-cost", type=float, metavar="USD",
+                   help="price of one GPU-hour, for the cost column (default: none)")
     p.add_argument("--framework", choices=("megatron", "deepspeed", "fsdp"),
                    help="training framework whose host costs, fusion and buffers to model "
-                        "(default megatron)")
+                        "(default: megatron)")
     p.add_argument("--tp-comm-overlap", action="store_true",
                    help="Megatron-Core --tp-comm-overlap: TP collectives overlap GEMMs "
-                        "(with sequence parallelism)")
-    p.add_argument("--memory-limit-gib", type=float)
-    p.add_argument("--memory-fraction", type=float, default=0.9)
+                        "(with sequence parallelism; default: off)")
+    p.add_argument("--memory-limit-gib", type=float,
+                   help="per-GPU memory limit in GiB (default: --memory-fraction x HBM)")
+    p.add_argument("--memory-fraction", type=float, default=0.9,
+                   help="per-GPU memory limit as a fraction of HBM, in (0, 1]")
     p.add_argument("--sampler", default="auto",
-                   help="auto | exhaustive | tpe | nsga2 | random")
-    p.add_argument("--trials", type=int, default=300)
-    p.add_argument("--seed", type=int, default=0)
+                   help="auto | exhaustive | tpe | nsga2 | random; auto: exhaustive when the valid space is small enough to score in "
+                        "about a second, else TPE")
+    p.add_argument("--trials", type=int, default=300,
+                   help="configurations an Optuna sampler scores (not used by exhaustive)")
+    p.add_argument("--seed", type=int, default=0, help="sampler seed")
     p.add_argument("--jobs", type=int, default=1, help="processes for scoring large spaces")
-    p.add_argument("--batch-size", type=int, default=32, help="trials asked per batch")
-    p.add_argument("--allow-cross-node-tp", action="store_true")
-    p.add_argument("--storage", help="Optuna storage URL or journal file path")
-    p.add_argument("--study-name")
+    p.add_argument("--trials-per-batch", type=int, default=32,
+                   help="Optuna trials asked and scored together (a search setting, not the "
+                        "training batch: that is --global-batch-size)")
+    p.add_argument("--batch-size", type=int, default=None, dest="batch_size",
+                   help="deprecated alias of --trials-per-batch")
+    p.add_argument("--allow-cross-node-tp", action="store_true",
+                   help="let tensor parallelism span nodes (default: off)")
+    p.add_argument("--storage", help="Optuna storage URL or journal file path (default: "
+                   "in memory)")
+    p.add_argument("--study-name", help="name of the study in --storage")
     p.add_argument("--study", help="run (or resume) a study file")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.add_argument("--top-k", type=int, default=0, metavar="K",
+                   help="show only the K fastest front points in the table (0: all; the "
+                        "JSON keeps the whole front)")
     p.add_argument("--plot", metavar="PNG", help="write the Pareto plot (needs matplotlib)")
+    p.add_argument("--html", metavar="FILE",
+                   help="also write a self-contained HTML report (front with the dominated "
+                        "cloud, breakdowns, diagnosis, plan)")
     p.add_argument("--emit", choices=("slurm", "k8s"),
                    help="print an sbatch script or a PyTorchJob for the recommended config")
-    p.add_argument("--quiet", "-q", action="store_true")
-    p.add_argument("--version", action="store_true")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
     for flag, (dim, _, text, metavar) in SPACE_FLAGS.items():
         p.add_argument(f"--{flag}", dest=f"space_{dim}", metavar=metavar,
                        help=text.replace("%", "%%"))
     return p
+
+
+def trials_per_batch(args: argparse.Namespace) -> int:
+    """``--trials-per-batch``, or the deprecated ``--batch-size`` with a warning on stderr."""
+    if getattr(args, "batch_size", None) is not None:
+        import sys
+
+        print("warning: --batch-size is deprecated (it is the number of Optuna trials per "
+              "batch, not the training batch); use --trials-per-batch", file=sys.stderr)
+        return args.batch_size
+    return args.trials_per_batch
 
 
 def training_flags(args: argparse.Namespace) -> dict | None:

@@ -12,9 +12,10 @@ from optimizer.cli.options import main_parser
 from optimizer.studies import load_study_file, report_study, run_study
 
 _DEFINITION_FLAGS = ("model", "gpus", "cluster", "seq_length", "global_batch_size",
-                     "memory_limit_gib", "framework")
+                     "memory_limit_gib", "framework", "batch_size", "tokens",
+                     "gpu_hour_cost")
 _DEFAULTED_FLAGS = ("gpu", "gpus_per_node", "memory_fraction", "sampler", "trials", "seed",
-                    "batch_size", "allow_cross_node_tp", "tp_comm_overlap")
+                    "trials_per_batch", "allow_cross_node_tp", "tp_comm_overlap")
 
 
 def _check_no_definition_flags(args: argparse.Namespace) -> None:
@@ -48,17 +49,67 @@ def cli_run(args: argparse.Namespace) -> int:
 
 
 def cli_report(argv: Sequence[str]) -> int:
-    """``optimize report --study FILE [--json] [--plot PNG] [--storage URL --study-name N]``."""
+    """``optimize report --study FILE | --from DOC.json [--json] [--plot PNG] [--html FILE]
+    [--storage URL --study-name N]``."""
     p = Parser(prog="optimize report",
                 description="Render a study's stored Pareto front from its storage alone "
-                            "(nothing is recomputed).")
-    p.add_argument("--study", required=True, help="the study file (YAML)")
+                            "(nothing is recomputed), or a document written by "
+                            "`optimize --json` (--from); --html writes a self-contained page.")
+    p.add_argument("--study", help="the study file (YAML); this or --from is required")
+    p.add_argument("--from", dest="from_doc", metavar="DOC.json",
+                   help="a front or plan document written by `optimize ... --json`")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.add_argument("--plot", metavar="PNG", help="write the Pareto plot (needs matplotlib)")
+    p.add_argument("--html", metavar="FILE",
+                   help="write a self-contained HTML report (front, breakdowns, diagnosis, "
+                        "plan); the dominated cloud only when the document carries it "
+                        "(documents made with `optimize ... --html`)")
     p.add_argument("--storage", help="read this Optuna storage instead of the file's")
     p.add_argument("--study-name", help="read this study instead of the file's study_name")
     args = p.parse_args(list(argv))
-    study = load_study_file(args.study)
-    doc = report_study(study, storage_override=args.storage,
-                       study_name_override=args.study_name)
+    if bool(args.study) == bool(args.from_doc):
+        raise InputError("--study", "give exactly one of --study FILE and --from DOC.json",
+                         "e.g. optimize report --from front.json --html report.html")
+    if args.from_doc:
+        doc = _load_document(args.from_doc)
+    else:
+        study = load_study_file(args.study)
+        doc = report_study(study, storage_override=args.storage,
+                           study_name_override=args.study_name)
+    if args.html:
+        from optimizer.output.html_report import write_html_report
+
+        write_html_report(doc, args.html)
+    if "plan" in doc:
+        if args.plot:
+            raise InputError("--plot", "works on a front document, not a plan")
+        from optimizer.cli.common import emit, emit_document
+
+        if args.json:
+            emit_document(doc)
+        elif not args.html:
+            from optimizer.output.plan_report import render_plan
+
+            emit(render_plan(doc))
+        return 0
+    if args.html and not args.json and not args.plot:
+        return 0
     return output_result(doc, argparse.Namespace(json=args.json, plot=args.plot, emit=None))
+
+
+def _load_document(path: str) -> dict:
+    """A front or plan document from ``optimize --json`` (InputError if it is neither)."""
+    import json
+    from pathlib import Path
+
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise InputError("--from", f"cannot read {path}: {e.strerror or e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError("--from", f"{path} is not a JSON document: {e}") from None
+    if not isinstance(doc, dict) or not ("pareto_front" in doc or "plan" in doc) \
+            or "inputs" not in doc:
+        raise InputError("--from", f"{path} is not a front or plan document",
+                         "write one with optimize --model ... --gpus ... --json > doc.json")
+    return doc

@@ -39,18 +39,28 @@ class OptimizeResult:
     recommended_index: int
     search: Mapping[str, Any]
     stats: Mapping[str, Any]
+    cloud: tuple = ()  # (tokens/s, peak bytes, label) of dominated feasible points, if kept
+    try_these: tuple[int, ...] = ()  # the front collapsed by the model's error (epsilon)
+    within_error: tuple[int, ...] = ()  # front points indistinguishable from the recommended
 
     @property
     def recommended(self) -> Candidate:
         return self.pareto_front[self.recommended_index]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc = {
             **document_head(self.problem, search=plain(self.search)),
             "pareto_front": [c.to_dict() for c in self.pareto_front],
             "recommended": self.recommended_index,
             "stats": plain(self.stats),
         }
+        if self.try_these:
+            doc["try_these"] = list(self.try_these)
+            doc["within_error_of_recommended"] = list(self.within_error)
+        if self.cloud:
+            doc["dominated"] = [{"tokens_per_s": t, "peak_memory_bytes": m, "label": lab}
+                                for t, m, lab in self.cloud]
+        return doc
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)

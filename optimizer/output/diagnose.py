@@ -1,8 +1,17 @@
-"""Diagnosis of one scored configuration, following the source article's checks.
+"""Diagnosis of one scored configuration: what limits it and which lever would move it.
 
-Each finding names the problem with numbers and gives concrete advice: communication share of
-the step over 30% (which group), pipeline bubble, TP crossing nodes, stage imbalance, memory
-headroom under 5%, low compute utilisation.
+Advice is computed from the configuration, so no finding suggests a lever that cannot change
+anything (issue 25): ZeRO only when dp > 1 and a higher stage exists, a heavier recompute only
+when one is left, a smaller micro-batch only when it is above 1, the interleaved schedule only
+with a pipeline whose stages hold two or more layers, and "more micro-batches" never at a
+fixed batch with micro-batch 1 (a larger global batch is named as what it is: a change of
+the training recipe). Memory over the GPU's own HBM is "does not fit", over the user's limit
+"over the limit", and a thin margin below the limit is "little headroom".
+
+Each finding carries the names of its levers (:data:`LEVERS`); levers paraplan cannot search
+yet (context parallelism, partial recompute, expert-parallel placement, CUDA graphs) say so.
+MFU is reported on the bf16 peak (the industry convention, so fp8 runs are comparable); the
+utilisation of the low-precision peak the run actually uses is reported separately.
 """
 
 from __future__ import annotations
@@ -15,15 +24,51 @@ from costmodel.specs import ParallelConfig
 
 COMM_SHARE = 0.30
 BUBBLE_SHARE = 0.15
+RECOMPUTE_SHARE = 0.15
+HOST_SHARE = 0.10
 IMBALANCE = 1.05
 HEADROOM = 0.05
 LOW_MFU = 0.30
+# Dense-transformer bf16 MFU published at scale: Megatron-LM 52% on A100 (Narayanan et al.
+# 2021, 1T model), Llama 3 405B 38-43% on H100 (arXiv:2407.21783, Table 4). "Far below" is
+# under half of the lower figure.
+REACHED_MFU = 0.38
+FAR_BELOW = 0.5
+GIB = 1024**3
+
+LEVERS: dict[str, str] = {  # name -> how the advice phrases it; "(not searched)" = paraplan cannot
+    "zero": "a higher ZeRO stage",
+    "recompute_selective": "selective recompute",
+    "recompute_full": "full recompute",
+    "lighter_recompute": "selective instead of full recompute",
+    "smaller_micro_batch": "a smaller micro-batch",
+    "larger_micro_batch": "a larger micro-batch",
+    "more_model_parallel": "more tensor/pipeline parallelism",
+    "sequence_parallel": "sequence parallelism",
+    "more_gpus": "more GPUs",
+    "fewer_gpus": "fewer GPUs",
+    "tp_in_node": "TP inside the node",
+    "lower_tp": "a lower TP degree",
+    "tp_comm_overlap": "--tp-comm-overlap",
+    "fewer_pp": "fewer pipeline stages",
+    "interleaved": "the interleaved schedule (virtual pipeline stages)",
+    "more_virtual_stages": "more virtual pipeline stages",
+    "overlap_grad_reduce": "overlapped gradient reduction",
+    "larger_global_batch": "a larger global batch (changes the training recipe)",
+    "stage_layers": "uneven stage layer counts",
+    "mixed_precision": "bf16/fp16 mixed precision",
+    "cp": "context parallelism (not searched)",
+    "partial_recompute": "partial recompute (not searched)",
+    "ep_placement": "expert-parallel placement (not searched)",
+    "cuda_graphs": "CUDA graphs (not searched)",
+}
 
 
 @dataclass(frozen=True)
 class Finding:
     kind: str
     message: str
+    levers: tuple[str, ...] = ()
 
 
 def mfu_against(mfu: float, peaks: Mapping[str, float] | None, precision: str,
@@ -46,61 +91,229 @@ def main_bottleneck(metrics: Mapping[str, Any]) -> str:
     return max(tb, key=lambda k: tb[k])
 
 
-def diagnose(problem, config: ParallelConfig, metrics: Mapping[str, Any]) -> list[Finding]:
-    """Findings for one configuration, most important first."""
-    out: list[Finding] = []
-    step = metrics["step_time_s"]
-    tb = metrics["time_breakdown_s"]
-    if not step or step == float("inf"):
-        return [Finding("invalid", "configuration cannot run")]
-    gpn = problem.cluster.gpus_per_node
+def ranked_terms(metrics: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """Step-time terms, largest first, as (name, share of the step)."""
+    tb, step = metrics["time_breakdown_s"], metrics["step_time_s"]
+    return sorted(((k, v / step) for k, v in tb.items() if v > 0), key=lambda kv: -kv[1])
 
+
+def mfu_bf16(problem, config: ParallelConfig, metrics: Mapping[str, Any]) -> float:
+    """MFU on the bf16 (dense tensor-core) peak, whatever precision the run uses."""
+    return mfu_against(float(metrics.get("mfu", 0.0)), problem.cluster.gpu.peak_flops_per_s,
+                       config.precision)
+
+
+# ---------------------------------------------------------------------------------------------
+def _memory_levers(problem, c: ParallelConfig, metrics) -> list[tuple[str, str]]:
+    """(lever, phrase with the expected saving) that can lower this configuration's peak."""
+    mb = metrics.get("memory_breakdown_bytes", {})
+    out = []
+    if c.dp > 1 and c.zero_stage < 3:
+        nxt = c.zero_stage + 1
+        part = {1: "optimizer_states", 2: "gradients", 3: "weights"}[nxt]
+        save = mb.get(part, 0.0) * (1 - 1 / c.dp)
+        out.append(("zero", f"ZeRO-{nxt} (shards the {part.replace('_', ' ')} over dp={c.dp}: "
+                            f"about {save / GIB:.1f} GiB less)"))
+    act = mb.get("activations", 0.0)
+    if c.recompute == "none":
+        out.append(("recompute_selective", "selective recompute (drops the attention core's "
+                                           "activations)"))
+    if c.recompute != "full":
+        out.append(("recompute_full", f"full recompute (activations {act / GIB:.1f} GiB now)"))
+    if c.micro_batch_size > 1:
+        out.append(("smaller_micro_batch", f"micro-batch {c.micro_batch_size // 2} (about "
+                                           f"{act / 2 / GIB:.1f} GiB of activations less)"))
+    if c.tp > 1 and not c.sequence_parallel:
+        out.append(("sequence_parallel", "sequence parallelism (splits norm/dropout "
+                                         "activations over TP)"))
+    gpn = problem.cluster.gpus_per_node
+    if c.tp < gpn or c.pp < problem.model.num_layers:
+        out.append(("more_model_parallel", "more tensor (up to the node) or pipeline "
+                                           "parallelism"))
+    if act > 0.3 * metrics["peak_memory_bytes"] and c.recompute == "full" \
+            and c.micro_batch_size == 1:
+        out.append(("cp", "context parallelism (splits the sequence over GPUs; paraplan "
+                          "cannot search it yet)"))
+    out.append(("more_gpus", "more GPUs"))
+    return out
+
+
+def _memory(problem, c, metrics) -> Finding | None:
+    if "peak_memory_bytes" not in metrics or getattr(problem, "model", None) is None:
+        return None
+    peak = metrics["peak_memory_bytes"]
+    hbm = problem.cluster.gpu.memory_bytes
+    limit = metrics.get("memory_limit_bytes") or problem.memory_limit_bytes
+    levers = _memory_levers(problem, c, metrics)
+    fix = "; ".join(p for _, p in levers[:4])
+    names = tuple(n for n, _ in levers[:4])
+    if peak > hbm:
+        return Finding("does_not_fit", f"does not fit: {peak / GIB:.1f} GiB predicted per GPU, "
+                                       f"over the GPU's {hbm / GIB:.1f} GiB; try {fix}", names)
+    if peak > limit:
+        return Finding("over_limit", f"over the memory limit: {peak / GIB:.1f} GiB of "
+                                     f"{limit / GIB:.1f} GiB (the GPU has {hbm / GIB:.1f}); "
+                                     f"try {fix}", names)
+    head = 1.0 - peak / limit
+    if head < HEADROOM:
+        return Finding("memory", f"little headroom: {peak / GIB:.1f} of {limit / GIB:.1f} GiB "
+                                 f"({head:.1%} free); fragmentation can push it over; if it "
+                                 f"does: {fix}", names)
+    return None
+
+
+def _communication(problem, c, metrics, step, tb) -> Finding | None:
     shares = {"TP": tb.get("tp_comm", 0.0) / step,
               "PP": tb.get("pp_comm", 0.0) / step,
               "DP": (tb.get("dp_comm_exposed", 0.0) + tb.get("embedding_sync", 0.0)) / step}
     group, share = max(shares.items(), key=lambda kv: kv[1])
-    total_comm = sum(shares.values())
-    if total_comm > COMM_SHARE:
-        advice = {
-            "TP": "keep TP inside the NVLink domain, lower tp, or enable sequence parallelism",
-            "PP": "use fewer pipeline stages or a larger micro-batch",
-            "DP": "overlap the gradient reduction, use ZeRO-1/distributed optimizer, a larger "
-                  "global batch or another NCCL algorithm",
-        }[group]
-        out.append(Finding("communication",
-                           f"communication is {total_comm:.0%} of the step ({group} "
-                           f"{share:.0%}): {advice}"))
-    if metrics.get("tp_crosses_nodes"):
-        out.append(Finding("tp_cross_node",
-                           f"the TP group (tp={config.tp}) crosses nodes of {gpn} GPUs: keep "
-                           f"tp <= {gpn} so its per-layer collectives stay on NVLink"))
+    total = sum(shares.values())
+    if total <= COMM_SHARE:
+        return None
+    from costmodel.specs import TrainingSpec
+
+    tr = getattr(problem, "training", None) or TrainingSpec()
+    gpn = problem.cluster.gpus_per_node
+    levers: list[tuple[str, str]] = []
+    if group == "TP":
+        if metrics.get("tp_crosses_nodes"):
+            levers.append(("tp_in_node", f"keep tp <= {gpn} so TP stays on NVLink"))
+        if c.tp > 1:
+            levers.append(("lower_tp", f"tp={c.tp // 2} with more pipeline or data "
+                                       "parallelism"))
+        if c.sequence_parallel and not tr.tp_comm_overlap and tr.framework == "megatron":
+            levers.append(("tp_comm_overlap", "--tp-comm-overlap (overlaps TP collectives "
+                                              "with the GEMMs)"))
+    elif group == "PP":
+        if c.pp > 1:
+            levers.append(("fewer_pp", f"pp={c.pp // 2}"))
+        if metrics.get("microbatches_per_step", 1) > 1:
+            levers.append(("larger_micro_batch", "a larger micro-batch (fewer, larger "
+                                                 "point-to-point transfers)"))
+    else:
+        if not tr.overlap_grad_reduce:
+            levers.append(("overlap_grad_reduce", "overlap the gradient reduction with the "
+                                                  "backward"))
+        levers.append(("fewer_gpus", f"fewer GPUs (dp={c.dp}: the gradient reduction does "
+                                     "not shrink with more replicas, the compute does)"))
+        levers.append(("larger_global_batch", "a larger global batch, if the training "
+                                              "recipe allows (more compute per reduction)"))
+    if not levers:
+        return None
+    return Finding("communication",
+                   f"communication is {total:.0%} of the step ({group} {share:.0%}): "
+                   + "; ".join(p for _, p in levers), tuple(n for n, _ in levers))
+
+
+def _bubble(problem, c, metrics) -> Finding | None:
     bubble = metrics.get("bubble_share", 0.0)
-    if config.pp > 1 and bubble > BUBBLE_SHARE:
-        m = metrics.get("microbatches_per_step")
-        tip = "more micro-batches per step (larger global batch or smaller micro-batch)"
-        if config.schedule != "interleaved":
-            tip += ", or the interleaved schedule"
-        out.append(Finding("bubble", f"pipeline bubble is {bubble:.0%} of the step "
-                                     f"(pp={config.pp}, {m} micro-batches): {tip}"))
+    if c.pp <= 1 or bubble <= BUBBLE_SHARE:
+        return None
+    m = metrics.get("microbatches_per_step")
+    model = getattr(problem, "model", None)
+    L = model.num_layers if model is not None else c.pp
+    per_stage = L // c.pp
+    levers: list[tuple[str, str]] = []
+    if c.micro_batch_size > 1:
+        levers.append(("smaller_micro_batch", f"micro-batch {c.micro_batch_size // 2} "
+                                              f"({2 * m} micro-batches per step)"))
+    if c.schedule != "interleaved" and per_stage >= 2:
+        levers.append(("interleaved", "the interleaved schedule (virtual pipeline stages)"))
+    elif c.schedule == "interleaved" and per_stage >= 2 * c.virtual_stages:
+        levers.append(("more_virtual_stages", f"{2 * c.virtual_stages} virtual stages"))
+    levers.append(("fewer_pp", f"pp={c.pp // 2}" if c.pp >= 4 else "no pipeline (pp=1)"))
+    if c.micro_batch_size == 1:
+        levers.append(("larger_global_batch", "a larger global batch if the training recipe "
+                                              "allows (micro-batch is already 1)"))
+    return Finding("bubble", f"pipeline bubble is {bubble:.0%} of the step (pp={c.pp}, {m} "
+                             "micro-batches): " + "; ".join(p for _, p in levers),
+                   tuple(n for n, _ in levers))
+
+
+def _recompute(c, step, tb) -> Finding | None:
+    share = tb.get("recompute", 0.0) / step
+    if share <= RECOMPUTE_SHARE or c.recompute == "none":
+        return None
+    if c.recompute == "full":
+        return Finding("recompute", f"full recompute costs {share:.0%} of the step: recompute "
+                                    "only as many layers as memory needs (Megatron "
+                                    "--recompute-num-layers: partial recompute, which paraplan "
+                                    "cannot search yet), or selective recompute where it fits",
+                       ("partial_recompute", "lighter_recompute"))
+    return Finding("recompute", f"selective recompute costs {share:.0%} of the step: no "
+                                "recompute where memory allows", ())
+
+
+def _mfu(problem, c, metrics, ranked) -> list[Finding]:
+    mfu = float(metrics.get("mfu", 0.0))
+    mfu16 = mfu_bf16(problem, c, metrics)
+    if mfu16 >= LOW_MFU:
+        return []
+    peaks = getattr(getattr(getattr(problem, "cluster", None), "gpu", None),
+                    "peak_flops_per_s", None) or {}
+    ref = "bf16" if "bf16" in peaks or not peaks else "fp16"
+    own = "" if mfu16 == mfu else f" ({mfu:.0%} of the {c.precision} peak)"
+    levers: tuple[str, ...] = ()
+    others = [(k, s) for k, s in ranked if k != "compute"]
+    model = getattr(problem, "model", None)
+    if c.precision in ("fp32", "tf32"):
+        why = (f"{c.precision} does not use the 16-bit tensor cores: bf16/fp16 mixed precision "
+               "is the lever")
+        levers = ("mixed_precision",)
+    elif others and others[0][1] > 0.1:
+        why = f"{others[0][0]} takes {others[0][1]:.0%} of the step"
+    elif model is not None:
+        why = f"the GEMMs are small at this shard size (hidden/tp = {model.hidden_size // c.tp})"
+    else:
+        why = f"main cost: {ranked[0][0] if ranked else 'compute'}"
+    far = (f", far below what this hardware reaches (~{REACHED_MFU:.0%} in published dense "
+           "runs)" if mfu16 < FAR_BELOW * REACHED_MFU else "")
+    return [Finding("low_mfu", f"MFU {mfu16:.0%} of the {ref} peak{own} is low{far}: {why}",
+                    levers)]
+
+
+def diagnose(problem, config: ParallelConfig, metrics: Mapping[str, Any]) -> list[Finding]:
+    """Findings for one configuration, most important first."""
+    c = config
+    step = metrics["step_time_s"]
+    tb = metrics["time_breakdown_s"]
+    if not step or step == float("inf"):
+        return [Finding("invalid", "configuration cannot run")]
+    out: list[Finding] = []
+    mem = _memory(problem, c, metrics)
+    if mem is not None:
+        out.append(mem)
+    ranked = ranked_terms(metrics)
+    if len(ranked) >= 2:
+        (k1, s1), (k2, s2) = ranked[0], ranked[1]
+        out.append(Finding("breakdown", f"step {step:.3g} s: {k1} {s1:.0%}, then {k2} "
+                                        f"{s2:.0%}", ()))
+    for f in (_communication(problem, c, metrics, step, tb), _bubble(problem, c, metrics),
+              _recompute(c, step, tb)):
+        if f is not None:
+            out.append(f)
+    if metrics.get("tp_crosses_nodes") and not any("tp_in_node" in f.levers for f in out):
+        gpn = problem.cluster.gpus_per_node
+        out.append(Finding("tp_cross_node", f"the TP group (tp={c.tp}) crosses nodes of {gpn} "
+                                            f"GPUs: keep tp <= {gpn} so its per-layer "
+                                            "collectives stay on NVLink", ("tp_in_node",)))
     imb = metrics.get("stage_imbalance", 1.0)
-    if config.pp > 1 and imb > IMBALANCE:
+    if c.pp > 1 and imb > IMBALANCE:
         out.append(Finding("imbalance",
                            f"slowest pipeline stage is {imb - 1:.0%} above the mean (embedding "
                            "/ LM head stages): move layers off the first/last stage "
-                           "(--decoder-first/last-pipeline-num-layers)"))
-    head = metrics.get("memory_headroom")
-    if head is not None and head < HEADROOM:
-        out.append(Finding("memory", f"only {max(head, 0):.1%} memory headroom: risk of OOM "
-                                     "from fragmentation; use ZeRO, selective/full recompute or "
-                                     "a smaller micro-batch"))
-    # MFU against the bf16 peak: an fp8 run at 25% of the fp8 peak uses 50% of the bf16 one,
-    # the figure NVIDIA and Meta report and the threshold means
-    mfu = metrics.get("mfu", 0.0)
-    peaks = getattr(getattr(getattr(problem, "cluster", None), "gpu", None),
-                    "peak_flops_per_s", None)
-    mfu_bf16 = mfu_against(mfu, peaks, config.precision)
-    if mfu_bf16 < LOW_MFU:
-        own = "" if mfu_bf16 == mfu else f" ({mfu:.0%} of the {config.precision} peak)"
-        out.append(Finding("low_mfu", f"MFU {mfu_bf16:.0%} of the bf16 peak{own} is low; "
-                                      f"main cost: {main_bottleneck(metrics)}"))
+                           "(--decoder-first/last-pipeline-num-layers)", ("stage_layers",)))
+    host = tb.get("host_overhead", 0.0) / step
+    if host > HOST_SHARE:
+        more_mb = metrics.get("microbatches_per_step", 1) > 1
+        out.append(Finding("host", f"host overhead (kernel launches) is {host:.0%} of the step: "
+                                   + ("a larger micro-batch, or " if more_mb else "")
+                                   + "CUDA graphs (not searched)",
+                           ("larger_micro_batch", "cuda_graphs") if more_mb
+                           else ("cuda_graphs",)))
+    if (getattr(getattr(problem, "model", None), "num_experts", 0) or 0) > 1:
+        out.append(Finding("moe", "mixture of experts: expert-parallel placement decides the "
+                                  "all-to-all cost (paraplan cannot search EP yet)",
+                           ("ep_placement",)))
+    out.extend(_mfu(problem, c, metrics, ranked))
     return out

@@ -32,15 +32,15 @@ _ALL_CONFIG_COLUMNS: tuple[tuple[str, Callable[[dict, dict], str], str | None], 
         + [(Column("m", 45), lambda c, m: str(m["microbatches_per_step"]), None)],
         key=lambda cc: cc[0].order))
 #: the columns of a dense front (``omit_default`` dimensions such as ep / etp appear only
-#: where a front point leaves their default: :func:`config_columns`)
+#: for MoE models or where a front point leaves their default: :func:`config_columns`)
 _CONFIG_COLUMNS = tuple((h, cell) for h, cell, opt in _ALL_CONFIG_COLUMNS if opt is None)
-_TAIL = ("tokens/s", "MFU", "step s", "peak GiB", "bottleneck")
+_TAIL = ("tok/s/GPU", "tok/s 80%", "tokens/s", "MFU", "step s", "peak GiB", "bottleneck")
 FRONT_COLUMNS = ("#", *(h for h, _ in _CONFIG_COLUMNS), *_TAIL)
 
 
 def config_columns(doc: dict[str, Any]) -> tuple[tuple[str, Callable[[dict, dict], str]], ...]:
     """The front's configuration columns: the dense ones, plus each ``omit_default``
-    dimension some front point sets."""
+    dimension (ep, etp) for a MoE model or where some front point sets it."""
     moe = "moe" in doc.get("inputs", {}).get("model", {})
     shown = {name for _, _, name in _ALL_CONFIG_COLUMNS if name is not None
              and (moe or any(name in p["config"] for p in doc["pareto_front"]))}
@@ -52,6 +52,18 @@ def front_columns(doc: dict[str, Any]) -> tuple[str, ...]:
     return ("#", *(h for h, _ in config_columns(doc)), *_TAIL)
 
 
+def _si(x: float) -> str:
+    for div, suf in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{suf}"
+    return f"{x:.3g}"
+
+
+def interval_text(m: dict[str, Any], key: str = "tokens_per_s_interval") -> str:
+    iv = m.get(key)
+    return f"{_si(iv[0])}-{_si(iv[1])}" if iv else "-"
+
+
 def _schedule(cfg: dict[str, Any]) -> str:
     return schedule_label(cfg["schedule"], cfg)
 
@@ -60,21 +72,46 @@ def _nccl(cfg: dict[str, Any]) -> str:
     return nccl_label(cfg["nccl_algo"], cfg)
 
 
-def front_rows(doc: dict[str, Any]) -> list[list[str]]:
+def short_label(cfg: dict[str, Any]) -> str:
+    """One line naming a configuration: tp4 pp4 dp64 mbs2 interleaved/4 full SP Z1 bf16."""
+    parts = [f"tp{cfg['tp']}", f"pp{cfg['pp']}", f"dp{cfg['dp']}",
+             f"mbs{cfg['micro_batch_size']}", _schedule(cfg), f"rc:{cfg['recompute']}",
+             "SP" if cfg["sequence_parallel"] else "noSP", f"Z{cfg['zero_stage']}",
+             cfg["precision"]]
+    if _nccl(cfg) != "auto":
+        parts.append(_nccl(cfg))
+    return " ".join(parts)
+
+
+def front_rows(doc: dict[str, Any], top_k: int = 0) -> list[list[str]]:
     from optimizer.output.diagnose import main_bottleneck
 
     rows = []
+    gpus = doc["inputs"]["cluster"]["num_gpus"]
     for i, p in enumerate(doc["pareto_front"]):
+        if top_k and i >= top_k and i != doc["recommended"]:
+            continue
         c, m = p["config"], p["metrics"]
         mark = "*" if i == doc["recommended"] else ""
         rows.append([f"{i}{mark}", *(cell(c, m) for _, cell in config_columns(doc)),
-                     f"{m['tokens_per_s']:,.0f}", f"{m['mfu']:.3f}",
+                     f"{m['tokens_per_s'] / gpus:,.0f}", interval_text(m),
+                     f"{m['tokens_per_s']:,.0f}",
+                     f"{m['mfu']:.3f}",
                      f"{m['step_time_s']:.3f}", f"{m['peak_memory_bytes'] / GIB:.1f}",
                      main_bottleneck(m)])
     return rows
 
 
-def render_front(doc: dict[str, Any]) -> str:
+def defaults_line(inp: dict[str, Any]) -> str:
+    """Where the training defaults came from (the CLI records it in inputs.defaults_from)."""
+    origin = inp.get("defaults_from")
+    if not origin:
+        return ""
+    return "defaults: " + "; ".join(f"{k.replace('_', ' ')} from {v}"
+                                    for k, v in origin.items()) + "\n"
+
+
+def render_front(doc: dict[str, Any], top_k: int = 0) -> str:
     """The whole human report of ``optimize``: front table, recommendation, launch flags."""
     inp = doc["inputs"]
     st = doc["stats"]
@@ -87,9 +124,12 @@ def render_front(doc: dict[str, Any]) -> str:
             f"{inp['memory_limit_bytes'] / GIB:.1f} GiB/GPU\n"
             f"sampler {st['sampler']}: {st['configs_evaluated']:,} configurations scored "
             f"({st['valid_space_size']:,} valid, {st['configs_feasible']:,} fit in memory), "
-            f"Pareto front of {len(doc['pareto_front'])} in {st.get('wall_s', 0):.2f} s\n\n")
-    table = fmt_table(front_columns(doc), front_rows(doc),
-                       "Pareto front: tokens/s vs peak memory (* = recommended)")
+            f"Pareto front of {len(doc['pareto_front'])} in {st.get('wall_s', 0):.2f} s\n"
+            + defaults_line(inp) + "\n")
+    n = len(doc["pareto_front"])
+    shown = (f", the {top_k} fastest of {n} shown (--top-k)" if top_k and top_k < n else "")
+    table = fmt_table(front_columns(doc), front_rows(doc, top_k),
+                       f"Pareto front: tokens/s vs peak memory (* = recommended{shown})")
     return head + table + "\n" + render_recommendation(doc)
 
 
@@ -122,6 +162,22 @@ def render_recommendation(doc: dict[str, Any]) -> str:
              + f" ({m['peak_memory_bytes'] / GIB:.1f} of {limit / GIB:.1f} GiB): "
              f"{m['tokens_per_s']:,.0f} tokens/s, {_mfu(doc, c, m)}, step "
              f"{m['step_time_s']:.2f} s"]
+    iv = m.get("tokens_per_s_interval")
+    if iv:
+        basis = (m.get("interval") or {}).get("step_time_basis", "")
+        lines.append(f"  80% interval: {iv[0]:,.0f}-{iv[1]:,.0f} tokens/s, step "
+                     f"{m['step_time_interval_s'][0]:.3g}-{m['step_time_interval_s'][1]:.3g} s"
+                     f" (validation residuals of comparable runs: {basis})")
+    within = doc.get("within_error_of_recommended") or []
+    if within:
+        lines.append("  indistinguishable within the model's error (tokens/s and memory): "
+                     + ", ".join(f"#{j}" for j in within) + "; the prediction cannot rank "
+                     "them: measure them")
+    try_these = doc.get("try_these")
+    if try_these and len(try_these) < len(doc["pareto_front"]):
+        lines.append(f"  try these {len(try_these)} (the front of {len(doc['pareto_front'])} "
+                     "collapsed by the model's error): "
+                     + ", ".join(f"#{j}" for j in try_these))
     for b in rec.get("bottlenecks", []):
         lines.append(f"  note: {b}")
     launch = rec.get("launch") or {}
@@ -147,6 +203,12 @@ def render_evaluation(doc: dict[str, Any]) -> str:
            f"samples/s, {_mfu(doc, c, m)}, peak memory {m['peak_memory_bytes'] / GIB:.2f} GiB "
            f"(limit {m['memory_limit_bytes'] / GIB:.1f} GiB), bubble "
            f"{m['bubble_share']:.1%} of the step", ""]
+    if m.get("step_time_interval_s"):
+        lo, hi = m["step_time_interval_s"]
+        basis = (m.get("interval") or {}).get("step_time_basis", "")
+        out.insert(2, f"80% interval: step {lo:.4g}-{hi:.4g} s, "
+                      f"{m['tokens_per_s_interval'][0]:,.0f}-{m['tokens_per_s_interval'][1]:,.0f}"
+                      f" tokens/s (validation residuals of comparable runs: {basis})")
     trows = [[k, f"{v:.4f}", f"{v / step:.1%}"] for k, v in m["time_breakdown_s"].items()]
     out.append(fmt_table(("term", "seconds", "share"), trows, "Step time"))
     mrows = [[k, f"{v / GIB:.2f}"] for k, v in m["memory_breakdown_bytes"].items()]

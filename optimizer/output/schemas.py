@@ -6,7 +6,8 @@ One file, ``optimizer/schema.json``, holds a ``$defs`` entry per document kind a
 * ``front``: ``optimize --json`` / ``OptimizeResult.to_json()`` (contract.md section 4);
 * ``infeasible``: ``optimize --json`` when nothing fits the memory limit (exit code 3);
 * ``evaluate``: ``optimize evaluate --json`` / ``EvaluateResult.to_json()``;
-* ``nccl``: ``optimize nccl --json``.
+* ``nccl``: ``optimize nccl --json``;
+* ``plan``: ``optimize --gpus A-B --tokens N --json`` (planning across GPU counts).
 
 :func:`validate_document` checks a document against one kind (or any, with ``kind=None``)
 plus the few invariants JSON Schema cannot express (the recommended index points into the
@@ -24,9 +25,9 @@ from typing import Any
 
 __all__ = ["KINDS", "SchemaError", "detect_kind", "load_schema", "schema_for", "validate_document"]
 
-KINDS: tuple[str, ...] = ("front", "infeasible", "evaluate", "nccl")
+KINDS: tuple[str, ...] = ("front", "infeasible", "evaluate", "nccl", "plan")
 SCHEMA_FILE = "schema.json"
-_DISTINCT_KEY = {"pareto_front": "front", "error": "infeasible", "chosen": "nccl",
+_DISTINCT_KEY = {"plan": "plan", "pareto_front": "front", "error": "infeasible", "chosen": "nccl",
                  "config": "evaluate"}
 
 
@@ -120,6 +121,15 @@ def _check_invariants(doc: Mapping[str, Any], kind: str) -> None:
             if peak > limit:
                 raise SchemaError(kind, f"$.pareto_front[{i}].metrics.peak_memory_bytes",
                                   f"{peak:.0f} exceeds the memory limit {limit:.0f}")
+    if kind == "plan":
+        n = len(doc["plan"])
+        for key in ("plan_front",):
+            for j, i in enumerate(doc[key]):
+                if i >= n or doc["plan"][i]["status"] != "ok":
+                    raise SchemaError(kind, f"$.{key}[{j}]", f"{i} is not a feasible plan entry")
+        pick = doc["plan_pick"]
+        if pick is not None and pick not in doc["plan_front"]:
+            raise SchemaError(kind, "$.plan_pick", f"{pick} is not on plan_front")
     if kind == "infeasible":
         err = doc["error"]
         need = err["least_memory_bytes"]
