@@ -146,3 +146,97 @@ def test_hf_config_class_dict_loads_to_catalog_counts(family):
     m, ref = model_from_mapping(d), get_model(ours)
     assert m.total_params() == pytest.approx(ref.total_params(), rel=0.005)
     assert m.active_params() == pytest.approx(ref.active_params(), rel=0.005)
+
+
+# ---- cost model, search and flags --------------------------------------------------------------
+def _problem(model="deepseek-v3", gpus=1024, gpu="h100-sxm-80gb", seq=4096, gbs=8192):
+    from optimizer.api import resolve_problem
+
+    return resolve_problem(model=model, gpus=gpus, gpu=gpu, seq_length=seq,
+                           global_batch_size=gbs)
+
+
+def _score(p, **cols):
+    from costmodel.batch import ConfigBatch
+    from costmodel.model import run_phases
+
+    return run_phases(p.model, p.cluster, p.training, ConfigBatch.from_columns(**cols))
+
+
+def test_ep_shards_expert_memory_and_adds_all_to_all():
+    p = _problem()
+    n = 3
+    ph = _score(p, tp=[1] * n, pp=[16] * n, dp=[64] * n, ep=[1, 8, 64], etp=[1] * n,
+                micro_batch_size=[1] * n, zero_stage=[1] * n, recompute=[2] * n)
+    w = ph.memory.breakdown_bytes["weights"]
+    assert w[0] > w[1] > w[2]  # routed experts / ep
+    assert ph.layer.tp_comm_s[0] == 0.0 < ph.layer.tp_comm_s[1] < ph.layer.tp_comm_s[2]
+    # EP 64 crosses hosts: its all-to-all runs on the NICs, far slower than NVLink EP 8
+    assert ph.layer.tp_comm_s[2] > 3 * ph.layer.tp_comm_s[1]
+
+
+def test_small_tokens_per_expert_lose_gemm_efficiency():
+    from costmodel.moe import GROUPED_GEMM_TILE_M
+
+    p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=64)
+    ph = _score(p, tp=[1, 1], pp=[1, 1], dp=[8, 8], ep=[1, 8], etp=[1, 1],
+                micro_batch_size=[1, 1], zero_stage=[1, 1])
+    fc1 = ph.distinct_layers.tables[0].kernel("moe.fc1")
+    assert GROUPED_GEMM_TILE_M == 128.0
+    # the same useful rows per rank (T k iota etp); ep 1: 128 experts of ~282 rows each
+    # padded to 384, ep 8: 16 experts of ~2253 rows padded to 2304: less padding, faster
+    assert fc1.m[0] == 128 * 384 and fc1.m[1] == 16 * 2304
+    f = ph.distinct_layers.times["moe.fc1"]
+    assert f[1] < f[0]
+
+
+def test_dense_model_has_no_expert_axes_in_documents():
+    from costmodel.specs import ParallelConfig
+
+    assert "ep" not in ParallelConfig(tp=2).as_dict()
+    assert ParallelConfig(tp=2, ep=4).as_dict()["ep"] == 4
+
+
+def test_rules_reject_bad_expert_grids():
+    from search_spaces.rules import Context, explain
+
+    p = _problem()
+    ctx = Context(p.model, p.cluster, p.training)
+    base = dict(tp=1, pp=16, dp=64, micro_batch_size=1)
+    assert not explain(ctx, {**base, "ep": 8})
+    assert "ep_divides_experts" in str(explain(ctx, {**base, "ep": 3}))
+    assert "ep_within_domain" in str(explain(ctx, {**base, "ep": 16}))
+    dense = _problem(model="llama2-7b", gpus=8, seq=4096, gbs=64)
+    dctx = Context(dense.model, dense.cluster, dense.training)
+    assert "experts_only_moe" in str(explain(dctx, dict(tp=1, pp=1, dp=8, ep=2)))
+
+
+def test_megatron_flags_for_deepseek_v3():
+    from costmodel.specs import ParallelConfig
+    from optimizer.launch.flags import megatron_args
+
+    p = _problem()
+    a = megatron_args(p.model, p.cluster, p.training,
+                      ParallelConfig(tp=1, pp=16, dp=64, ep=8, etp=1))
+    s = " ".join(a)
+    for flag in ("--num-experts 256", "--moe-router-topk 8", "--expert-model-parallel-size 8",
+                 "--expert-tensor-parallel-size 1", "--moe-grouped-gemm",
+                 "--moe-token-dispatcher-type alltoall", "--moe-ffn-hidden-size 2048",
+                 "--moe-shared-expert-intermediate-size 2048",
+                 "--moe-layer-freq ([0]*3+[1]*58)", "--multi-latent-attention",
+                 "--q-lora-rank 1536", "--kv-lora-rank 512"):
+        assert flag in s, flag
+
+
+def test_optimize_deepseek_v3_1024_h100_uses_ep_under_10_s():
+    import time
+
+    from optimizer.api import optimize
+
+    t = time.perf_counter()
+    doc = optimize(model="deepseek-v3", gpus=1024, gpu="h100-sxm-80gb", seq_length=4096,
+                   global_batch_size=8192)
+    wall = time.perf_counter() - t
+    cfgs = [c.config for c in doc.pareto_front]
+    assert cfgs and all(c.ep > 1 for c in cfgs)
+    assert wall < 10.0

@@ -32,6 +32,7 @@ from typing import Any
 from costmodel.errors import InputError
 from costmodel.schedule import stage_layers
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from optimizer.launch.moe_flags import megatron_moe_args
 
 __all__ = [
     "NCCL_PRODUCTION_WARNING",
@@ -186,6 +187,7 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         "--max-position-embeddings", str(_max_position_embeddings(model, training)),
     ]
     a += _megatron_shape(model)
+    a += megatron_moe_args(model, config)  # MoE / MLA (none for dense models)
     a += _megatron_recompute(config.recompute)
     a += _megatron_data_parallel(config)
     a += _megatron_precision(config.precision)
