@@ -125,15 +125,31 @@ def ep_comm_s(cluster, system, batch, ms: MoEShape, hidden: float, ea: float, rc
         try:
             lay = Layout(tp=int(t), dp=int(d), pp=int(p), ep=int(e), etp=int(et))
             g_ep, g_etp = group(cluster, lay, "ep"), group(cluster, lay, "etp")
-            geo[j] = (g_ep.n_ranks, g_ep.hosts, g_etp.hosts)
+            # a group inside one multi-host NVLink domain (NVL72) runs over NVLink
+            mnnvl = g_ep.hosts > 1 and g_ep.domains == 1
+            geo[j] = (g_ep.n_ranks, 1 if mnnvl else g_ep.hosts, g_etp.hosts, mnnvl)
         except Exception:  # an invalid expert grid (the rules reject it): priced as none
-            geo[j] = (1, 1, 1)
-    for j, (r, hsts, eh) in geo.items():
+            geo[j] = (1, 1, 1, False)
+    mnnvl = np.zeros(n, bool)
+    for j, (r, hsts, eh, mn) in geo.items():
         sel = inv == j
-        ep_ranks[sel], ep_hosts[sel], etp_hosts[sel] = r, hsts, eh
+        ep_ranks[sel], ep_hosts[sel], etp_hosts[sel], mnnvl[sel] = r, hsts, eh, mn
     nbytes = ms.routed * hidden * ea
-    a2a = np.where(ep_ranks > 1, coll.alltoall_time_s(system, np.maximum(nbytes, 1.0),
-                                                      ep_ranks, ep_hosts), 0.0)
+    host = (ep_ranks > 1) & ~mnnvl
+    a2a = np.zeros(n)
+    if host.any():
+        a2a[host] = coll.alltoall_time_s(system, np.maximum(nbytes[host], 1.0), ep_ranks[host],
+                                         ep_hosts[host])
+    if mnnvl.any():
+        # EP across the hosts of one NVLink domain (GB200/GB300 NVL72: MNNVL; Megatron's
+        # MoE README, HybridEP): (n-1)/n of the send buffer over the GPU's NVLink bandwidth,
+        # one NVLink latency per round of peers (the link model would price these host hops
+        # on the NICs)
+        r = ep_ranks[mnnvl].astype(float)
+        bw = cluster.gpu.nvlink_bandwidth_bytes_per_s or cluster.intra_node.bandwidth_bytes_per_s
+        rounds = np.ceil((r - 1.0) / coll.ALLTOALL_PEERS_PER_ROUND)
+        a2a[mnnvl] = (rounds * cluster.intra_node.latency_s
+                      + nbytes[mnnvl] * (r - 1.0) / r / bw)
     etp = batch.etp
     gathered = nbytes * ms.etp
     ag = np.zeros(n)
