@@ -116,7 +116,11 @@ def render_front(doc: dict[str, Any], top_k: int = 0) -> str:
     inp = doc["inputs"]
     st = doc["stats"]
     cl = inp["cluster"]
-    head = (f"paraplan {doc['tool']['version']}: {inp['model']['name']} on "
+    mdl = inp["model"]
+    params = (f" ({mdl['total_params'] / 1e9:,.1f}B total / {mdl['active_params'] / 1e9:,.1f}B "
+              f"active, {mdl['moe']['num_experts']} experts top-{mdl['moe']['top_k']})"
+              if "active_params" in mdl else "")
+    head = (f"paraplan {doc['tool']['version']}: {inp['model']['name']}{params} on "
             f"{cl['num_gpus']} x {cl['gpu']['name']} ({cl['num_nodes']} "
             f"node{'s' if cl['num_nodes'] != 1 else ''} x "
             f"{cl['gpus_per_node']}), seq {inp['training']['seq_length']}, global batch "
