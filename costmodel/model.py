@@ -119,8 +119,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
 
     layer, distinct = price_distinct_layers(model, training, eff, fw, gpu, system, batch, groups)
     moe = _moe_terms(model, cluster, system, training, batch, shard, ea) if model.moe else None
-    if moe is not None:  # the MoE layers' exposed EP all-to-all joins the layer's comm
-        layer = layer.with_(tp_comm_s=layer.tp_comm_s + moe["ep_comm_s"])
+    layer = layer if moe is None else layer.with_(tp_comm_s=layer.tp_comm_s + moe["ep_comm_s"])
     layer = accumulate_gradients(layer, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
     plan = stage_plan(model.num_layers, batch.pp)
@@ -130,17 +129,12 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     steady = steady_state(st, layer, timeline.steady_s, m)
     params = stage_params(plan, model, training, shard.vocab, shard.tp,
                           None if moe is None else moe["non_expert"])
-    expert = None
-    dp_params = params.largest
-    if moe is not None:
-        expert = (expert_stage_params(plan, moe["expert"], batch.ep, batch.etp), moe["edp"])
-        dp_params = dp_params + _expert_dp_share(plan, expert, sharded.dp)
+    expert, dp_params = _expert_params(plan, params, moe, batch, sharded.dp)
     dp = data_parallel_step(comm, batch, groups, fw, eff, training, sharded, dp_params,
                             plan.groups[0].layers, layer, steady, m, shard.vocab, shard.hidden,
                             model.tied_embeddings, gpu.memory_bandwidth_bytes_per_s)
     cx = memory_context(fw, eff, batch, sharded, shard, layer, plan, m, ea, params.layer)
-    if moe is not None:  # the dispatcher's send/receive buffers live during a MoE layer
-        cx = replace(cx, transient=cx.transient + moe["dispatch_buffers"])
+    cx = cx if moe is None else replace(cx, transient=cx.transient + moe["dispatch_buffers"])
     mem = peak_memory(plan, params, cx, sharded, m, v, sched, groups.nccl_buffers_bytes, eff,
                       gpu.memory_bytes, expert)
     n_gpus = shard.tp * batch.pp.astype(float) * sharded.dp
@@ -163,6 +157,15 @@ def _moe_terms(model, cluster, system, training, batch, shard, ea) -> dict:
                                            batch.recompute),
             "non_expert": non_expert, "expert": expert, "edp": edp,
             "dispatch_buffers": moe_ops.dispatcher_buffer_bytes(model, ms, shard.hidden, ea)}
+
+
+def _expert_params(plan, params, moe, batch, dp):
+    """(routed-expert parameters per stage group and edp, parameters the DP step reduces);
+    (None, the dense ones) without MoE."""
+    if moe is None:
+        return None, params.largest
+    expert = (expert_stage_params(plan, moe["expert"], batch.ep, batch.etp), moe["edp"])
+    return expert, params.largest + _expert_dp_share(plan, expert, dp)
 
 
 def _expert_dp_share(plan, expert, dp) -> np.ndarray:
