@@ -129,7 +129,15 @@ def test_total_params_match_hf_meta_model(family):
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
     hf_total = sum(p.numel() for p in model.parameters())
-    assert get_model(ours).total_params() == pytest.approx(hf_total, rel=0.005)
+    ref = get_model(ours)
+    assert ref.total_params() == pytest.approx(hf_total, rel=0.005)
+    # active: the routed experts' tensors (names with "experts", not the shared expert) count
+    # k of E
+    routed = sum(p.numel() for n, p in model.named_parameters()
+                 if ".experts." in n or n.endswith(".experts") or ".experts_" in n)
+    E, k = ref.moe.num_experts, ref.moe.top_k
+    hf_active = hf_total - routed * (E - k) / E
+    assert ref.active_params() == pytest.approx(hf_active, rel=0.005)
 
 
 @pytest.mark.skipif(not _HF, reason="needs transformers (pip install transformers)")
@@ -240,3 +248,43 @@ def test_optimize_deepseek_v3_1024_h100_uses_ep_under_10_s():
     cfgs = [c.config for c in doc.pareto_front]
     assert cfgs and all(c.ep > 1 for c in cfgs)
     assert wall < 10.0
+
+
+# families loaded from their HF configuration class only (no catalog entry): Qwen1.5-MoE-A2.7B
+# and DeepSeek-V2-Lite-like shapes
+HF_LOADED = {
+    "qwen2_moe": ("Qwen2MoeConfig", dict(num_hidden_layers=24, hidden_size=2048,
+                                         num_attention_heads=16, num_key_value_heads=16,
+                                         intermediate_size=5632, moe_intermediate_size=1408,
+                                         shared_expert_intermediate_size=5632,
+                                         vocab_size=151936, num_experts=60,
+                                         num_experts_per_tok=4, decoder_sparse_step=1,
+                                         mlp_only_layers=[], tie_word_embeddings=False)),
+    "deepseek_v2": ("DeepseekV2Config", dict(num_hidden_layers=27, hidden_size=2048,
+                                             num_attention_heads=16, num_key_value_heads=16,
+                                             intermediate_size=10944,
+                                             moe_intermediate_size=1408, vocab_size=102400,
+                                             n_routed_experts=64, n_shared_experts=2,
+                                             num_experts_per_tok=6, first_k_dense_replace=1,
+                                             q_lora_rank=None, kv_lora_rank=512,
+                                             qk_nope_head_dim=128, qk_rope_head_dim=64,
+                                             v_head_dim=128, tie_word_embeddings=False)),
+}
+
+
+@pytest.mark.skipif(not (_HF and _TORCH), reason="needs transformers and torch (pip install "
+                    "transformers torch): the HF models are built on the meta device")
+@pytest.mark.parametrize("family", sorted(HF_LOADED))
+def test_loaded_hf_config_counts_match_meta_model(family):
+    import torch
+    import transformers
+
+    from costmodel.loaders import model_from_mapping
+
+    cls_name, kw = HF_LOADED[family]
+    config = getattr(transformers, cls_name)(**kw)
+    ours = model_from_mapping(config.to_dict())
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    hf_total = sum(p.numel() for p in model.parameters())
+    assert ours.total_params() == pytest.approx(hf_total, rel=0.005)
