@@ -68,7 +68,7 @@ class Scores:
 def stage_imbalance(plan, st, layer, num_layers: float) -> np.ndarray:
     """Slowest stage / the mean over stages of the true work: L layers (not p x ceil(L/p)),
     embedding, LM head and every stage's transfers."""
-    work = num_layers * layer.total_s + layer.embedding_s + layer.head_s
+    work = num_layers * st.layer_s + layer.embedding_s + layer.head_s
     for g, p2p in zip(plan.groups, st.p2p_s, strict=True):
         work = work + g.count * np.where(g.present, p2p, 0.0)
     mean = np.where(plan.single, st.first_s, work / plan.pp.astype(float))

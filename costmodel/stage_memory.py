@@ -25,7 +25,7 @@ from costmodel.memory import (
 from costmodel.schedule import GPIPE
 from costmodel.shard import Shard
 from costmodel.specs import PRECISIONS
-from costmodel.stages import StageGroup, StageParams, StagePlan
+from costmodel.stages import StageGroup, StageParams, StagePlan, select
 
 # Bytes per local layer parameter of Transformer Engine's cached fp8 weight and its fp8
 # transpose (te.Linear fp8 workspaces, reused while is_first_microbatch is False)
@@ -181,7 +181,7 @@ def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: Sta
     act = g.layers * cx.per_layer_act * infl + cx.transient
     if cx.pipe_act is not None:
         act = act + np.where(plan.single, 0.0, cx.pipe_act * infl)
-    logits = np.where(g.head, cx.logits, 0.0)
+    logits = select(g.head, cx.logits, np.zeros(cx.logits.shape))
     w, gr, o = model_state_bytes(psi, cx.param_bytes, cx.grad_bytes, cx.optimizer_bytes,
                                  opt.zero, opt.dp)
     w = w + g.layers * cx.cache
@@ -248,10 +248,13 @@ def peak_memory(plan: StagePlan, params: StageParams, cx: MemoryContext, opt: Sh
         best = np.maximum(best, np.where(g.present, mem, 0.0))
         observed = np.maximum(observed, np.where(g.present, seen, 0.0))
 
+    chosen = [(sel == k, st) for k, st in enumerate(stages) if k > 0]
+    chosen = [(mask, st) for mask, st in chosen if mask.any()]
+
     def pick(name):
         out = getattr(stages[0], name)
-        for k, st in enumerate(stages[1:], 1):
-            out = np.where(sel == k, getattr(st, name), out)
+        for mask, st in chosen:
+            out = np.where(mask, getattr(st, name), out)
         return out
 
     fixed = cx.engine + nccl_buffers + eff.cuda_context_bytes

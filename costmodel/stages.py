@@ -22,6 +22,23 @@ from costmodel.pricing import P2P, Axis, Kernel, price
 from costmodel.schedule import stage_layers
 
 
+def select(mask, a, b=0.0):
+    """``np.where(mask, a, b)``, without the pass where the mask is uniform over the batch (a
+    plan's flags mostly are: the embedding's stage always holds the embedding)."""
+    if mask.all():
+        return a
+    if not mask.any():
+        return b
+    return np.where(mask, a, b)
+
+
+def add_where(x, mask, y):
+    """``x + np.where(mask, y, 0.0)``, skipping the addition of zeros (same values)."""
+    if not mask.any():
+        return x
+    return x + (y if mask.all() else np.where(mask, y, 0.0))
+
+
 @dataclass(frozen=True)
 class StageGroup:
     """Identical pipeline stages of a plan (arrays over the configurations)."""
@@ -110,9 +127,8 @@ class PipelineComm:
     def stage_s(self, g: StageGroup, pp) -> np.ndarray:
         """A stage group's transfers per micro-batch (0 without a pipeline)."""
         edge = g.embedding | g.head
-        out = np.where(edge, self.edge_s, self.middle_s) + np.where(g.head, 0.0,
-                                                                    self.out_regroup_s)
-        return out + np.where(~edge & (pp >= 3), self.serial_s, 0.0)
+        out = add_where(select(edge, self.edge_s, self.middle_s), ~g.head, self.out_regroup_s)
+        return add_where(out, ~edge & (pp >= 3), self.serial_s)
 
 
 def pipeline_comm(system, fw, comm, batch, groups, act_bytes, v) -> PipelineComm:
@@ -149,6 +165,7 @@ def pipeline_comm(system, fw, comm, batch, groups, act_bytes, v) -> PipelineComm
 class StageTimes:
     """The stages' micro-batch times, reduced over the plan, and the slowest's components."""
 
+    layer_s: np.ndarray  # one layer's micro-batch on the critical path (LayerCosts.total_s)
     stage_s: tuple[np.ndarray, ...]  # per group of the plan
     p2p_s: tuple[np.ndarray, ...]  # per group: its transfers
     first_s: np.ndarray  # the embedding's stage
@@ -167,11 +184,10 @@ def stage_times(plan: StagePlan, layer: LayerCosts, pipe: PipelineComm) -> Stage
     stage_s, p2p_s = [], []
     slowest = total = sel_layers = sel_ends = sel_p2p = None
     for g in plan.groups:
-        emb = np.where(g.embedding, layer.embedding_s, 0.0)
-        head = np.where(g.head, layer.head_s, 0.0)
-        ends = emb + head
         p2p = pipe.stage_s(g, pp)
-        t = g.layers * lt + emb + head + p2p
+        t = add_where(add_where(g.layers * lt, g.embedding, layer.embedding_s), g.head,
+                      layer.head_s) + p2p
+        ends = add_where(select(g.embedding, layer.embedding_s), g.head, layer.head_s)
         stage_s.append(t)
         p2p_s.append(p2p)
         if slowest is None:  # the embedding's stage: every configuration has it
@@ -187,7 +203,7 @@ def stage_times(plan: StagePlan, layer: LayerCosts, pipe: PipelineComm) -> Stage
         sel_ends = np.where(here, ends, sel_ends)
         sel_p2p = np.where(here, p2p, sel_p2p)
         slowest = np.maximum(slowest, np.where(g.present, t, 0.0))
-    return StageTimes(tuple(stage_s), tuple(p2p_s), stage_s[0], slowest, total,
+    return StageTimes(lt, tuple(stage_s), tuple(p2p_s), stage_s[0], slowest, total,
                       sel_layers, sel_ends, np.where(plan.single, 0.0, sel_p2p))
 
 
@@ -249,13 +265,13 @@ def stage_params(plan: StagePlan, model, training, vocab, tp, layer_params=None
     norm_params = float(model.hidden_size * (2 if model.normalization == "layernorm" else 1))
     out, largest = [], None
     for g in plan.groups:
-        psi = g.layers * layer_params / t + np.where(g.embedding, emb_params / t, 0.0)
-        psi = psi + np.where(g.embedding, pos_params, 0.0)
+        psi = add_where(g.layers * layer_params / t, g.embedding, emb_params / t)
+        psi = add_where(psi, g.embedding, pos_params)
         # the output layer and the final norm: added one by one on the loss's own stage, as
         # one term where the embedding's stage holds them too (pp = 1)
         alone, shared = g.head & ~g.embedding, g.head & g.embedding
-        psi = (psi + np.where(alone, head_params / t, 0.0) + np.where(alone, norm_params, 0.0)
-               + np.where(shared, head_params / t + norm_params, 0.0))
+        psi = add_where(add_where(psi, alone, head_params / t), alone, norm_params)
+        psi = add_where(psi, shared, head_params / t + norm_params)
         out.append(psi)
         largest = psi if largest is None else np.maximum(largest, np.where(g.present, psi, 0.0))
     return StageParams(tuple(out), largest, layer_params)
