@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -288,3 +289,47 @@ def test_loaded_hf_config_counts_match_meta_model(family):
         model = transformers.AutoModelForCausalLM.from_config(config)
     hf_total = sum(p.numel() for p in model.parameters())
     assert ours.total_params() == pytest.approx(hf_total, rel=0.005)
+
+
+_MEGATRON_TAR = (Path(__file__).resolve().parents[2] / "shared" / "clients"
+                 / "megatron-lm-core_v0.16.1.tar.gz")
+
+
+@pytest.mark.skipif(not (_TORCH and _MEGATRON_TAR.is_file()),
+                    reason="needs torch and shared/clients/megatron-lm-core_v0.16.1.tar.gz")
+def test_deepseek_v3_flags_pass_megatrons_parser(tmp_path):
+    """The emitted argv through Megatron-LM core_v0.16.1's own parse_args, in a subprocess
+    (megatron.rl, absent from the release archive, stubbed)."""
+    import subprocess
+    import sys
+    import tarfile
+
+    from costmodel.specs import ParallelConfig
+    from optimizer.launch.flags import megatron_args
+
+    with tarfile.open(_MEGATRON_TAR) as tar:
+        members = [m for m in tar.getmembers() if "/megatron/" in m.name
+                   and m.name.endswith(".py")]
+        tar.extractall(tmp_path, members=members, filter="data")
+    (root,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    p = _problem()
+    argv = megatron_args(p.model, p.cluster, p.training,
+                         ParallelConfig(tp=4, pp=16, dp=16, ep=8, etp=1,
+                                        sequence_parallel=True, zero_stage=1))
+    script = (
+        "import sys, types, json\n"
+        "class S(types.ModuleType):\n"
+        "    def __getattr__(self, n):\n"
+        "        if n.startswith('__'): raise AttributeError(n)\n"
+        "        return lambda *a, **k: None\n"
+        "for n in ('megatron.rl', 'megatron.rl.parallel_utils'):\n"
+        "    m = S(n); m.__path__ = []; sys.modules[n] = m\n"
+        f"sys.argv = ['pretrain_gpt.py'] + {argv!r} + ['--tokenizer-type', 'NullTokenizer']\n"
+        "from megatron.training.arguments import parse_args\n"
+        "a = parse_args()\n"
+        "print(json.dumps([a.num_experts, a.moe_router_topk, a.expert_model_parallel_size,"
+        " a.expert_tensor_parallel_size, sum(a.moe_layer_freq), a.q_lora_rank]))\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[256, 8, 8, 1, 58, 1536]"
