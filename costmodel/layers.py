@@ -143,13 +143,7 @@ def attention_block(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, dev
     lin = [Kernel("qkv", GEMM, tokens, (a + 2 * g) * hd / t, h),
            Kernel("proj", GEMM, tokens, h, a * hd / t)]
     if model.mla is not None:
-        # MLA (modern-training.md 2.6): the down- and up-projections of q and of the joint
-        # kv latent, lumped as one column-parallel GEMM of their FLOPs; the output
-        # projection reads a v heads of v_head_dim
-        dv = float(model.mla.v_head_dim)
-        n_in = (model.attention_params - a * dv * h) / h
-        lin = [Kernel("qkv", GEMM, tokens, n_in / t, h),
-               Kernel("proj", GEMM, tokens, h, a * dv / t)]
+        lin = _mla_linears(sh, model)
     if training.flash_attention:
         lf = layer_forward_flops(model, sh.seq, sh.micro_batch, t)
         # causal fused attention does half of the square (Dao et al. 2022); the kernels are
@@ -176,6 +170,23 @@ def attention_block(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, dev
             for k in lin]
     ops += core_ops
     return OpTable("attention", tuple(lin + core), tuple(ops))
+
+
+def _mla_linears(sh: Shard, model: ModelSpec) -> list[Kernel]:
+    """MLA's linears (modern-training.md 2.6; Megatron MLASelfAttention): the q and joint kv
+    down-projections (replicated over TP: ``linear_q_down_proj``, ``linear_kv_down_proj``),
+    their column-parallel up-projections (``qkv`` is the q up-projection, the layer's TP
+    overlap window as for dense QKV), the output projection over a heads of v_head_dim."""
+    la, t, h, a, tokens = model.mla, sh.tp, sh.hidden, sh.heads, sh.tokens
+    q_in = float(la.q_lora_rank or h)
+    kv = float(la.kv_lora_rank)
+    lin = [Kernel("qkv", GEMM, tokens, a * la.qk_head_dim / t, q_in),
+           Kernel("proj", GEMM, tokens, h, a * la.v_head_dim / t),
+           Kernel("mla.kv_down", GEMM, tokens, kv + la.qk_rope_head_dim, h),
+           Kernel("mla.kv_up", GEMM, tokens, a * (la.qk_nope_head_dim + la.v_head_dim) / t, kv)]
+    if la.q_lora_rank is not None:
+        lin.append(Kernel("mla.q_down", GEMM, tokens, q_in, h))
+    return lin
 
 
 def _unfused_core(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, dev: Device,
