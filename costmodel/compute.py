@@ -179,13 +179,25 @@ def layer_forward_flops(model: ModelSpec, seq_length: int, micro_batch, tp) -> L
     return LayerFlops(gemm, attn)
 
 
+def active_layer_gemm_params(model) -> float:
+    """GEMM parameters a token meets per layer, averaged over the layers (MFU on active
+    parameters: routed experts count k of E; the router counts)."""
+    m = model.moe
+    h = model.hidden_size
+    attn = model.attention_params
+    g = 3 if model.gated_mlp else 2
+    dense = model.dense_layers * (attn + g * h * model.ffn_hidden_size)
+    moe = model.moe_layers * (attn + g * h * (m.top_k * m.expert_ffn_hidden_size
+                                               + m.shared_ffn_hidden_size)
+                              + h * m.num_experts)
+    return (dense + moe) / model.num_layers
+
+
 def _moe_mla_layer_flops(model: ModelSpec, s: float, b, t) -> LayerFlops:
     """A MoE and/or MLA model's layer, averaged over its layers: 2 FLOPs per token per GEMM
     parameter it meets (routed experts k of E, shared experts, router; MLA's projections)
     and the attention core 2 s^2 a (d_qk + d_v) (MLM training.py; d_qk = d_v = d_h: the
     dense 4 s^2 a d_h)."""
-    from costmodel.moe import active_layer_gemm_params
-
     h, a = model.hidden_size, model.num_attention_heads
     if model.moe is not None:
         params = active_layer_gemm_params(model)

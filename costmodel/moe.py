@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel import collectives as coll
+from costmodel.compute import active_layer_gemm_params  # noqa: F401  (re-exported)
 from costmodel.layout import Layout, group
 from costmodel.pricing import GEMM, MEMORY, Kernel
 
@@ -192,20 +193,6 @@ def expert_param_split(model) -> tuple[float, float]:
     L = model.num_layers
     experts = model.moe_layers * model.routed_expert_params
     return (model.layers_params - experts) / L, experts / L
-
-
-def active_layer_gemm_params(model) -> float:
-    """GEMM parameters a token meets per layer, averaged over the layers (MFU on active
-    parameters: routed experts count k of E; the router counts)."""
-    m = model.moe
-    h = model.hidden_size
-    attn = model.attention_params
-    g = 3 if model.gated_mlp else 2
-    dense = model.dense_layers * (attn + g * h * model.ffn_hidden_size)
-    moe = model.moe_layers * (attn + g * h * (m.top_k * m.expert_ffn_hidden_size
-                                               + m.shared_ffn_hidden_size)
-                              + h * m.num_experts)
-    return (dense + moe) / model.num_layers
 
 
 __all__ = ["DEFAULT_LOAD_IMBALANCE", "GROUPED_GEMM_TILE_M", "MoEShape", "active_layer_gemm_params",
