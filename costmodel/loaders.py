@@ -25,6 +25,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from costmodel import safe_io
 from costmodel.errors import (
     MAX_NESTING_DEPTH,
     InputError,
@@ -100,7 +101,7 @@ def _yaml_loader() -> Any:
                         seen.add(key_node.value)
                 return super().construct_mapping(node, deep=deep)
 
-        _YAML_LOADER = _Loader
+        _YAML_LOADER = safe_io.strict_yaml_loader(_Loader)
     return _YAML_LOADER
 
 
@@ -233,7 +234,7 @@ def read_document(path: str | Path, *, field: str) -> Any:
     """Read and parse one YAML/JSON file; ``field`` names the input in error messages."""
     p = expand_user(path, field)
     try:
-        raw = p.read_bytes()
+        raw = safe_io.read_input_bytes(p, field)  # regular files only, size-bounded
     except FileNotFoundError:
         raise InputError(field, f"file not found: {p}") from None
     except IsADirectoryError:
@@ -249,8 +250,10 @@ def read_document(path: str | Path, *, field: str) -> Any:
         raise InputError(field, f"{p} is a binary file", "expected a YAML or JSON file")
     if not text.strip():
         raise InputError(field, f"{p} is empty")
-    return parse_document(text, field=field, source=str(p),
-                          json_only=p.suffix.lower() == ".json")
+    with safe_io.parse_errors(field, str(p)):
+        doc = parse_document(text, field=field, source=str(p),
+                             json_only=p.suffix.lower() == ".json")
+    return safe_io.check_document(doc, field, str(p))
 
 
 def _mapping(field: str, value: Any, what: str = "a mapping") -> dict[str, Any]:

@@ -109,10 +109,14 @@ def _finish(collective: str | None, n_ranks: Any, n_nodes: Any,
     if ranks % nodes:
         raise InputError("n_nodes", f"{ranks} ranks do not spread evenly over {nodes} nodes"
                          f"{where}", "pass n_ranks and n_nodes explicitly")
+    if len(found) > MAX_ROWS:
+        raise InputError("nccl_tests", f"{len(found)} result rows{where}; at most {MAX_ROWS}",
+                         "is this one nccl-tests run?")
     out = []
     for size, time_us, busbw_GBps in found:
         if not (math.isfinite(size) and size >= 0):
             raise InputError("nccl_tests", f"bad message size {size!r}{where}")
+        _check_row(size, time_us, busbw_GBps, where)
         t = time_us if time_us is not None and math.isfinite(time_us) and time_us > 0 else None
         b = (busbw_GBps if busbw_GBps is not None and math.isfinite(busbw_GBps)
              and busbw_GBps > 0 else None)
@@ -125,6 +129,32 @@ def _finish(collective: str | None, n_ranks: Any, n_nodes: Any,
     if not out:
         raise InputError("nccl_tests", f"no result rows found{where}")
     return out
+
+
+#: Rows per file, and the largest bandwidth a measurement may claim (10 TB/s: several times
+#: any NVLink/NVSwitch generation's busbw); a row beyond it is a typo or a broken timer.
+MAX_ROWS = 100_000
+MAX_BANDWIDTH_BYTES_PER_S = 1e13
+
+
+def _check_row(size: float, time_us: float | None, busbw_GBps: float | None,
+               where: str) -> None:
+    """A measured row must be physically possible: a positive finite time, a finite
+    non-negative busbw, and neither size/time nor busbw above 10 TB/s (a row claiming 1 ps
+    for 1 MiB would otherwise be fitted as a 10**18 B/s link)."""
+    if time_us is not None and not (math.isfinite(time_us) and time_us > 0):
+        raise InputError("nccl_tests", f"row of {size:g} B: time {time_us!r} us is not a "
+                         f"positive finite number{where}", "give the unedited nccl-tests output")
+    if busbw_GBps is not None and not (math.isfinite(busbw_GBps) and busbw_GBps >= 0):
+        raise InputError("nccl_tests", f"row of {size:g} B: busbw {busbw_GBps!r} GB/s is not a "
+                         f"finite number{where}", "give the unedited nccl-tests output")
+    for what, bw in (("size/time", size / (time_us * 1e-6) if time_us else 0.0),
+                     ("busbw", (busbw_GBps or 0.0) * 1e9)):
+        if bw > MAX_BANDWIDTH_BYTES_PER_S:
+            raise InputError("nccl_tests", f"row of {size:g} B: {what} is {bw / 1e9:.3g} GB/s, "
+                             f"beyond any interconnect (at most "
+                             f"{MAX_BANDWIDTH_BYTES_PER_S / 1e9:g} GB/s){where}",
+                             "check the time column (microseconds) and the size column (bytes)")
 
 
 def _check_collective(collective: Any) -> str | None:
@@ -169,6 +199,11 @@ def parse_nccl_tests_text(text: str, *, collective: str | None = None,
         if len(rest) != 8:
             continue
         group = rest[4:8] if in_place else rest[0:4]
+        wrong = _int(group[3])
+        if wrong:
+            raise InputError("nccl_tests", f"row of {toks[0]} B reports {wrong} wrong results"
+                             f"{' in ' + source if source else ''}: not a valid measurement",
+                             "rerun nccl-tests with -c 1 until #wrong is 0")
         found.append((float(toks[0]), _float(group[0]), _float(group[2])))
     if n_ranks is None:
         n_ranks = len(ranks) if ranks else ngpus
@@ -273,9 +308,11 @@ def parse_nccl_tests(text: str, **kw: Any) -> list[NcclMeasurement]:
 def load_nccl_tests(path: str | Path, **kw: Any) -> list[NcclMeasurement]:
     """Read a saved nccl-tests output file; the collective defaults to the one in the file,
     else the file name (``all_reduce_perf.txt``)."""
+    from costmodel.safe_io import MAX_LOG_BYTES, read_input_bytes
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
+    try:  # a regular file of at most MAX_LOG_BYTES: no FIFO, no /dev/zero
+        text = read_input_bytes(p, "nccl_tests", max_bytes=MAX_LOG_BYTES).decode("utf-8")
     except OSError as exc:
         raise InputError("nccl_tests", f"cannot read {str(p)!r}: {exc.strerror}") from None
     except UnicodeDecodeError:

@@ -7,6 +7,7 @@ Typed, frozen results; no printing, no ``sys.exit``. Bad input raises
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -77,7 +78,7 @@ def optimize(model: Any, gpus: int | None = None, *, cluster: Any = None,
              gpu: str = "a100-sxm-80gb", gpus_per_node: int = 8,
              seq_length: int | None = None, global_batch_size: int | None = None,
              training: TrainingSpec | Mapping | None = None,
-             memory_limit_gib: float | None = None, memory_fraction: float = 0.9,
+             memory_limit_gib: float | None = None, memory_fraction: float | None = None,
              sampler: str = "auto", trials: int = 300, seed: int = 0, jobs: int = 1,
              batch_size: int = 32, space: Mapping[str, Any] | None = None,
              allow_cross_node_tp: bool = False, storage: str | None = None,
@@ -225,12 +226,15 @@ def plan(model: Any, gpu_counts, *, tokens: float | None = None,
 
 # ---------------------------------------------------------------------------------------------
 def evaluate(run: Any, *, memory_limit_gib: float | None = None,
-             memory_fraction: float = 0.9) -> EvaluateResult:
+             memory_fraction: float | None = None) -> EvaluateResult:
     """Score ONE configuration (a Run mapping or a path to a run file), full breakdown."""
     from costmodel import loaders
     from costmodel.model import score
     from search_spaces.rules import Context, explain
 
+    if not isinstance(run, Mapping | str | os.PathLike):
+        raise InputError("run", f"must be a run mapping or the path of a run file, got "
+                         f"{type(run).__name__}")
     r = loaders.load_run(run if isinstance(run, Mapping) else Path(run))
     problem = resolve_problem(model=r.model, cluster=r.cluster, training=r.training,
                               memory_limit_gib=memory_limit_gib,

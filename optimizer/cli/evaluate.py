@@ -12,7 +12,7 @@ def run(argv: Sequence[str]) -> int:
     p.add_argument("run", help="run file (YAML/JSON): model, cluster, training, parallel")
     p.add_argument("--json", action="store_true")
     p.add_argument("--memory-limit-gib", type=float)
-    p.add_argument("--memory-fraction", type=float, default=0.9)
+    p.add_argument("--memory-fraction", type=float)
     args = p.parse_args(argv)
     from optimizer.api import evaluate
 

@@ -100,10 +100,11 @@ def _warnings(system: Any, proto: str) -> list[str]:
 
 
 def _tuner_csv(args: argparse.Namespace) -> int:
-    from costmodel import loaders
+    from costmodel import limits, loaders
     from optimizer.launch.tuner import nccl_tuner_csv
 
     run = loaders.load_run(args.tuner_csv)
+    limits.check_problem_inputs(run.model, run.cluster, run.training)
     try:
         text = nccl_tuner_csv(run.model, run.cluster, run.training, run.parallel)
     except InputError as e:  # a forced pair NCCL cannot run: the run file's field
@@ -120,10 +121,12 @@ def _run(argv: Sequence[str]) -> int:
         return _tuner_csv(args)
     if args.save_cluster and not args.nccl_tests:
         raise InputError("--save-cluster", "needs --nccl-tests FILE (the measurements to fit)")
-    if args.gpus is not None and args.gpus < 1:
-        raise InputError("--gpus", f"must be >= 1, got {args.gpus}")
-    if args.gpus_per_node < 1:
-        raise InputError("--gpus-per-node", f"must be >= 1, got {args.gpus_per_node}")
+    from costmodel import limits
+
+    if args.gpus is not None:
+        limits.check_count("--gpus", args.gpus, maximum=limits.MAX_GPUS)
+    limits.check_count("--gpus-per-node", args.gpus_per_node,
+                       maximum=limits.MAX_GPUS_PER_NODE)
     per_node = _per_node(args)
 
     measurements = []
@@ -180,6 +183,9 @@ def _run(argv: Sequence[str]) -> int:
 
     nodes_needed = max([n_nodes] + [int(m.n_nodes) for m in measurements])
     cluster = resolve_cluster(args.cluster, args.gpu, per_node, nodes_needed)
+    from costmodel import limits
+
+    limits.check_cluster(cluster)
     system = coll.nccl_system(cluster)
 
     calibration_doc = None

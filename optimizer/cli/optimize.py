@@ -34,7 +34,8 @@ def _defaults(args: argparse.Namespace) -> tuple[int | None, dict[str, str]]:
     if args.memory_limit_gib is not None:
         origin["memory_limit"] = "--memory-limit-gib"
     else:
-        origin["memory_limit"] = f"--memory-fraction {args.memory_fraction:g} x HBM"
+        fraction = 0.9 if args.memory_fraction is None else args.memory_fraction
+        origin["memory_limit"] = f"--memory-fraction {fraction:g} x HBM"
     return seq, origin
 
 

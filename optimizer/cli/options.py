@@ -107,9 +107,11 @@ def main_parser() -> argparse.ArgumentParser:
                    help="Megatron-Core --tp-comm-overlap: TP collectives overlap GEMMs "
                         "(with sequence parallelism; default: off)")
     p.add_argument("--memory-limit-gib", type=float,
-                   help="per-GPU memory limit in GiB (default: --memory-fraction x HBM)")
-    p.add_argument("--memory-fraction", type=float, default=0.9,
-                   help="per-GPU memory limit as a fraction of HBM, in (0, 1]")
+                   help="per-GPU memory limit in GiB, at most the GPU's memory (default: "
+                        "--memory-fraction x HBM)")
+    p.add_argument("--memory-fraction", type=float,
+                   help="per-GPU memory limit as a fraction of HBM, in (0, 1] (default 0.9); "
+                        "not together with --memory-limit-gib")
     p.add_argument("--sampler", default="auto",
                    help="auto | exhaustive | tpe | nsga2 | random; auto: exhaustive when the valid space is small enough to score in "
                         "about a second, else TPE")
@@ -128,6 +130,8 @@ def main_parser() -> argparse.ArgumentParser:
                    "in memory)")
     p.add_argument("--study-name", help="name of the study in --storage")
     p.add_argument("--study", help="run (or resume) a study file")
+    p.add_argument("--allow-external-storage", action="store_true",
+                   help="with --study: accept a storage path outside the study file's folder")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.add_argument("--top-k", type=int, default=0, metavar="K",
                    help="show only the K fastest front points in the table (0: all; the "

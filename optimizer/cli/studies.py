@@ -41,10 +41,14 @@ def _progress(args: argparse.Namespace) -> bool:
 def cli_run(args: argparse.Namespace) -> int:
     """``optimize --study FILE [--json] [--storage URL --study-name N] [--plot PNG]``."""
     _check_no_definition_flags(args)
-    study = load_study_file(args.study)
-    doc = run_study(study, storage_override=getattr(args, "storage", None),
-                    study_name_override=getattr(args, "study_name", None),
-                    jobs=getattr(args, "jobs", 1) or 1, progress=_progress(args))
+    study = load_study_file(args.study,
+                            allow_external_storage=getattr(args, "allow_external_storage", False))
+    from optimizer.storage import storage_errors
+
+    with storage_errors(getattr(args, "storage", None) or study.storage):
+        doc = run_study(study, storage_override=getattr(args, "storage", None),
+                        study_name_override=getattr(args, "study_name", None),
+                        jobs=getattr(args, "jobs", 1) or 1, progress=_progress(args))
     return output_result(doc, args)
 
 
@@ -66,6 +70,8 @@ def cli_report(argv: Sequence[str]) -> int:
                         "(documents made with `optimize ... --html`)")
     p.add_argument("--storage", help="read this Optuna storage instead of the file's")
     p.add_argument("--study-name", help="read this study instead of the file's study_name")
+    p.add_argument("--allow-external-storage", action="store_true",
+                   help="accept a study file whose storage lies outside its folder")
     args = p.parse_args(list(argv))
     if bool(args.study) == bool(args.from_doc):
         raise InputError("--study", "give exactly one of --study FILE and --from DOC.json",
@@ -73,9 +79,13 @@ def cli_report(argv: Sequence[str]) -> int:
     if args.from_doc:
         doc = _load_document(args.from_doc)
     else:
-        study = load_study_file(args.study)
-        doc = report_study(study, storage_override=args.storage,
-                           study_name_override=args.study_name)
+        study = load_study_file(args.study,
+                                allow_external_storage=args.allow_external_storage)
+        from optimizer.storage import storage_errors
+
+        with storage_errors(args.storage or study.storage):
+            doc = report_study(study, storage_override=args.storage,
+                               study_name_override=args.study_name)
     if args.html:
         from optimizer.output.html_report import write_html_report
 
@@ -102,8 +112,10 @@ def _load_document(path: str) -> dict:
     import json
     from pathlib import Path
 
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    from costmodel.safe_io import read_input_bytes
+
+    try:  # a regular file of bounded size: no FIFO, no /dev/zero
+        doc = json.loads(read_input_bytes(Path(path), "--from").decode("utf-8"))
     except OSError as e:
         raise InputError("--from", f"cannot read {path}: {e.strerror or e}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -7,6 +7,10 @@ the rename itself survives a power loss (POSIX ``rename(2)``; the ext4/XFS "writ
 rename, fsync dir" recipe). If anything fails before the rename, the temporary file is removed
 and the previous content of the target is untouched.
 
+Only regular files are replaced: an existing target that is a device node, a FIFO or a socket
+is refused (InputError), and a symbolic link is written through (its target is replaced, the
+link kept).
+
 Used by every writer of user-visible files (plots, JSON reports, study summaries, emitted
 launch files); bad destinations raise :class:`costmodel.errors.InputError` naming ``field``.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -50,8 +55,19 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, field: str 
     if not isinstance(data, bytes | bytearray | memoryview):
         raise TypeError(f"data must be bytes, got {type(data).__name__}")
     target = expand_user(path, field)
+    if target.is_symlink():  # write through the link: the link stays, its target is replaced
+        target = Path(os.path.realpath(target))
     if target.is_dir():
         raise InputError(field, f"{target} is a directory", "give a file path")
+    try:
+        kind = stat.S_IFMT(os.stat(target).st_mode)
+    except OSError:
+        kind = None  # a new file
+    if kind is not None and kind != stat.S_IFREG:
+        # a rename would replace the node itself (as root: /dev/full becomes a PNG; a FIFO a
+        # reader waits on becomes a plain file): only regular files are ever replaced
+        raise InputError(field, f"{target} exists and is not a regular file (a device, FIFO "
+                         "or socket)", "give the path of a regular file or of a new one")
     directory = target.parent if str(target.parent) else Path(".")
     if not directory.is_dir():
         raise InputError(field, f"directory {directory} does not exist",

@@ -82,11 +82,31 @@ def resolve_problem(*, model: Any, gpus: int | None = None, cluster: Any = None,
                     gpu: str = "a100-sxm-80gb", gpus_per_node: int = 8,
                     seq_length: int | None = None, global_batch_size: int | None = None,
                     training: TrainingSpec | Mapping | None = None,
-                    memory_limit_gib: float | None = None, memory_fraction: float = 0.9,
+                    memory_limit_gib: float | None = None, memory_fraction: float | None = None,
                     allow_cross_node_tp: bool = False) -> Problem:
-    """Resolve names, files and mappings into a :class:`Problem` (raises InputError)."""
-    from costmodel import hardware, loaders
+    """Resolve names, files and mappings into a :class:`Problem` (raises InputError).
 
+    Every input is checked here, before anything is searched or stored: types (the API's
+    callers get InputError, never TypeError), the bounds of :mod:`costmodel.limits`, names
+    without control characters. The memory constraint is ``memory_limit_gib`` or
+    ``memory_fraction`` (default 0.9) of the GPU's memory, never both; a limit above the GPU's
+    memory is refused (a plan needing more than the GPU has cannot run).
+    """
+    from costmodel import hardware, limits, loaders
+
+    if gpus is not None:
+        limits.check_count("gpus", gpus, maximum=limits.MAX_GPUS)
+    limits.check_count("gpus_per_node", gpus_per_node, maximum=limits.MAX_GPUS_PER_NODE)
+    if not isinstance(gpu, str):
+        raise InputError("gpu", f"must be a GPU catalog key, got {type(gpu).__name__}")
+    for name, value in (("seq_length", seq_length), ("global_batch_size", global_batch_size)):
+        if value is not None:
+            limits.check_count(name, value, maximum=2**62)
+    if memory_limit_gib is not None and memory_fraction is not None:
+        raise InputError("memory_fraction", "given together with memory_limit_gib",
+                         "give one of them: a limit in GiB or a fraction of the GPU's memory")
+    if not isinstance(allow_cross_node_tp, bool):
+        raise InputError("allow_cross_node_tp", "must be true or false")
     model_spec = model if isinstance(model, ModelSpec) else loaders.load_model(model)
     if cluster is not None:
         cluster_spec = cluster if isinstance(cluster, ClusterSpec) else \
@@ -101,6 +121,9 @@ def resolve_problem(*, model: Any, gpus: int | None = None, cluster: Any = None,
     if isinstance(training, TrainingSpec):
         train = training
     else:
+        if training is not None and not isinstance(training, Mapping):
+            raise InputError("training", f"must be a mapping of training settings, got "
+                             f"{type(training).__name__}")
         tdict = dict(training or {})
         if seq_length is not None:
             tdict["seq_length"] = seq_length
@@ -110,6 +133,7 @@ def resolve_problem(*, model: Any, gpus: int | None = None, cluster: Any = None,
 
         check_keys("training", tdict, TrainingSpec.__dataclass_fields__)
         train = TrainingSpec(**tdict)
+    limits.check_problem_inputs(model_spec, cluster_spec, train)
     hbm = cluster_spec.gpu.memory_bytes
     if memory_limit_gib is not None:
         if isinstance(memory_limit_gib, bool) or not isinstance(memory_limit_gib, int | float) \
@@ -117,8 +141,11 @@ def resolve_problem(*, model: Any, gpus: int | None = None, cluster: Any = None,
             raise InputError("memory_limit_gib", f"must be a positive number, got "
                              f"{memory_limit_gib!r}")
         limit = float(memory_limit_gib) * GIB
+        limits.check_memory_limit(limit, cluster_spec.gpu)
     else:
-        if not (isinstance(memory_fraction, int | float) and 0 < memory_fraction <= 1):
-            raise InputError("memory_fraction", f"must be in (0, 1], got {memory_fraction!r}")
-        limit = memory_fraction * hbm
+        fraction = 0.9 if memory_fraction is None else memory_fraction
+        if isinstance(fraction, bool) or not (isinstance(fraction, int | float)
+                                              and 0 < fraction <= 1):
+            raise InputError("memory_fraction", f"must be in (0, 1], got {fraction!r}")
+        limit = fraction * hbm
     return Problem(model_spec, cluster_spec, train, limit, allow_cross_node_tp)

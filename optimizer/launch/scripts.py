@@ -8,11 +8,25 @@ import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from costmodel.safe_io import check_text, printable
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from optimizer.launch.flags import job_shape, launch_env, launch_warnings, megatron_args
 
 _MASTER_PORT = 29500
 
+
+def comment(text: str) -> str:
+    """``text`` as ONE ``#`` comment line of a script: control characters (a newline would end
+    the comment and start a command) are written as ``\\xNN`` escapes. Safe by construction,
+    whatever the loaders let through (a hand-edited front document, a ModelSpec built in
+    Python)."""
+    return "# " + printable(str(text), limit=10_000)
+
+
+def script_value(field: str, value: str) -> str:
+    """A value for a ``#SBATCH`` line or a job name, shell-quoted; control characters are
+    refused (quoting cannot keep a newline inside a ``#SBATCH`` comment line)."""
+    return shlex.quote(check_text(field, str(value)))
 
 
 def torchrun_command(cluster: ClusterSpec, script: str = "pretrain_gpt.py", *,
@@ -54,31 +68,39 @@ def slurm_script(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     args = megatron_args(model, cluster, training, config)
     env = launch_env(cluster, config)
     lines = ["#!/bin/bash",
-             f"#SBATCH --job-name={shlex.quote(job_name)}",
+             f"#SBATCH --job-name={script_value('job_name', job_name)}",
              f"#SBATCH --nodes={nodes}",
              "#SBATCH --ntasks-per-node=1",
              f"#SBATCH --gpus-per-node={per_node}",
              "#SBATCH --exclusive"]
     if partition:
-        lines.append(f"#SBATCH --partition={shlex.quote(partition)}")
+        lines.append(f"#SBATCH --partition={script_value('partition', partition)}")
     if time_limit:
-        lines.append(f"#SBATCH --time={shlex.quote(time_limit)}")
-    lines += [f"# paraplan: {model.name} on {cluster.name or cluster.gpu.name}, "
-              f"tp={config.tp} pp={config.pp} dp={config.dp} "
-              f"micro_batch_size={config.micro_batch_size} precision={config.precision}"]
-    lines += [f"# WARNING: {w}" for w in launch_warnings(config, model=model, cluster=cluster,
-                                                          training=training)]
+        lines.append(f"#SBATCH --time={script_value('time_limit', time_limit)}")
+    lines += [comment(f"paraplan: {model.name} on {cluster.name or cluster.gpu.name}, "
+                      f"tp={config.tp} pp={config.pp} dp={config.dp} "
+                      f"micro_batch_size={config.micro_batch_size} "
+                      f"precision={config.precision}")]
+    lines += [comment(f"WARNING: {w}") for w in launch_warnings(config, model=model,
+                                                                 cluster=cluster,
+                                                                 training=training)]
     lines += ["set -euo pipefail", "",
               'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
               "export MASTER_ADDR",
               f"export MASTER_PORT={_MASTER_PORT}"]
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    lines += [f"export {_env_name(k)}={shlex.quote(str(v))}" for k, v in env.items()]
     run = ["srun", *torchrun_command(cluster, script, num_nodes=nodes, nproc_per_node=per_node,
                                      rdzv_id="${SLURM_JOB_ID}")]
     lines += ["", shell_join(run) + " \\"]
     pairs = _argv_lines(args)
     lines += [f"    {p}" + (" \\" if i < len(pairs) - 1 else "") for i, p in enumerate(pairs)]
     return "\n".join(lines) + "\n"
+
+
+def _env_name(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"not an environment variable name: {name!r}")  # a bug, not input
+    return name
 
 
 def _argv_lines(args: Sequence[str]) -> list[str]:
@@ -120,7 +142,7 @@ def k8s_manifest(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     if nodes > 1:
         specs["Worker"] = replica(nodes - 1)
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-            "metadata": {"name": job_name},
+            "metadata": {"name": check_text("job_name", str(job_name))},
             "spec": {"nprocPerNode": str(per_node), "pytorchReplicaSpecs": specs}}
 
 

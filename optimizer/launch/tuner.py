@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from optimizer.launch.flags import job_shape
+from optimizer.launch.scripts import comment as _comment
 
 
 def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
@@ -110,8 +111,8 @@ def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     names = {"collnetdirect": "collnet_direct", "collnetchain": "collnet_chain",
              "nvlstree": "nvls_tree"}
     lines = [
-        f"# NCCL tuner plugin CSV (ext-tuner/example) written by paraplan for tp={t} pp={p} "
-        f"dp={d} on {cluster.name}",
+        _comment(f"NCCL tuner plugin CSV (ext-tuner/example) written by paraplan for tp={t} "
+                f"pp={p} dp={d} on {cluster.name}"),
         "# use: NCCL_TUNER_PLUGIN=<path>/libnccl-tuner-example.so "
         "NCCL_TUNER_CONFIG_FILE=<this file>",
         f"# picks from NCCL's {coll.NCCL_VERSION} cost model (NCCL_ALGO={config.nccl_algo}, "
@@ -129,6 +130,6 @@ def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
                                    config.nccl_proto)
         algo = str(r.algo_names()[()])
         proto = str(r.proto_names()[()])
-        lines.append(f"# {comment}: predicted {float(r.time_s) * 1e6:.1f} us")
+        lines.append(_comment(f"{comment}: predicted {float(r.time_s) * 1e6:.1f} us"))
         lines.append(f"{name},{size},{size},{names.get(algo, algo)},{proto},-1,{nn},{n},-1,-1")
     return "\n".join(lines) + "\n"

@@ -10,6 +10,8 @@ a constraint set with ``Trial.set_constraint`` (feasible iff <= 0), never a pena
 
 from __future__ import annotations
 
+from typing import Any
+
 from costmodel.errors import InputError, did_you_mean
 from optimizer.search.base import SearchOutcome, problem_space, score_batch, space_json
 from search_spaces.enumerate import enumerate_valid
@@ -19,17 +21,47 @@ SAMPLERS = ("auto", "exhaustive", "tpe", "nsga2", "random")
 AUTO_EXHAUSTIVE_MAX = 400_000  # valid configurations that score in about a second
 
 
+def check_settings(*, sampler: Any, trials: Any, seed: Any, jobs: Any = 1,
+                   batch_size: Any = 32, storage: Any = None, study_name: Any = None,
+                   space: Any = None, prefix: str = "") -> None:
+    """Every search setting, checked before anything is enumerated or stored (InputError
+    naming ``prefix + field``): the sampler's name, counts within :mod:`costmodel.limits`, a
+    seed in 0..2**32-1, a study name only together with a storage."""
+    from collections.abc import Mapping
+
+    from costmodel import limits
+    from costmodel.safe_io import check_text
+    from search_spaces.space import SearchSpace
+
+    if not isinstance(sampler, str) or sampler not in SAMPLERS:
+        raise InputError(prefix + "sampler", f"unknown sampler {str(sampler)[:40]!r}",
+                         did_you_mean(str(sampler), SAMPLERS))
+    limits.check_count(prefix + "trials", trials, maximum=limits.MAX_TRIALS)
+    limits.check_count(prefix + "batch_size", batch_size, maximum=limits.MAX_BATCH_SIZE)
+    limits.check_count(prefix + "jobs", jobs, maximum=limits.MAX_JOBS)
+    limits.check_seed(prefix + "seed", seed)
+    if space is not None and not isinstance(space, Mapping | SearchSpace):
+        raise InputError(prefix + "space", f"must be a mapping of dimension -> values, got "
+                         f"{type(space).__name__}")
+    if storage is not None and not isinstance(storage, str):
+        raise InputError("storage", f"must be a storage URL or a path, got "
+                         f"{type(storage).__name__}")
+    if study_name is not None:
+        if not isinstance(study_name, str) or not study_name.strip():
+            raise InputError("study_name", "must be a non-empty string")
+        check_text("study_name", study_name, max_chars=512)
+        if storage is None:
+            raise InputError("study_name", "given without a storage: an in-memory study "
+                             "cannot be shared or resumed", "add --storage URL (or drop "
+                             "--study-name)")
+
+
 def run(problem, *, space=None, sampler: str = "auto", trials: int = 300, seed: int = 0,
         jobs: int = 1, batch_size: int = 32, storage: str | None = None,
         study_name: str | None = None, progress: bool = False) -> SearchOutcome:
     """Run the chosen sampler over the problem's space."""
-    if sampler not in SAMPLERS:
-        raise InputError("sampler", f"unknown sampler {sampler!r}", did_you_mean(sampler, SAMPLERS))
-    for name, value in (("trials", trials), ("batch_size", batch_size), ("jobs", jobs)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(name, f"must be a positive integer, got {value!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise InputError("seed", f"must be an integer, got {seed!r}")
+    check_settings(sampler=sampler, trials=trials, seed=seed, jobs=jobs, batch_size=batch_size,
+                   storage=storage, study_name=study_name, space=space)
     ctx = Context(problem.model, problem.cluster, problem.training,
                   allow_cross_node_tp=problem.allow_cross_node_tp)
     sp = problem_space(problem, space)

@@ -19,12 +19,16 @@ trials are told in order with ``(tokens_per_s, peak_memory_bytes)`` and the cons
 ``memory_over_limit = (peak - limit) / limit`` (feasible iff <= 0). Same seed, batch size,
 inputs and versions give the same study and the same front.
 
-Budget. The search ends when the study holds ``trials`` finished (COMPLETE + PRUNED) trials,
-counting trials from a previous (killed) run and from other workers sharing the study: before
-each batch a worker asks at most ``trials - finished - running``; after asking, a trial whose
-predecessors (by trial number, which Optuna assigns in creation order under a lock) already
-hold the whole budget is marked FAIL unscored, so concurrent workers never overshoot. Trials
-left RUNNING by dead processes are failed (:func:`optimizer.storage.fail_dead_trials`).
+Budget. The search ends when the study holds ``min(trials, valid configurations)`` counted
+finished (COMPLETE + PRUNED) trials, counting trials from a previous (killed) run and from
+other workers sharing the study: before each batch a worker asks at most
+``trials - finished - running``. A trial naming a configuration that a lower-numbered trial
+already claimed (a duplicate), or one whose predecessors (by trial number, which Optuna
+assigns in creation order under a lock) already hold the whole budget, is still scored (from
+the cache) and told, tagged ``counted: false`` (:data:`optimizer.storage.COUNTED_ATTR`): it
+informs the sampler, never consumes the budget, and no FAIL trial is left behind, so
+concurrent workers never overshoot. Trials left RUNNING by dead processes are failed
+(:func:`optimizer.storage.fail_dead_trials`).
 
 Polish. For TPE and NSGA-II the last :data:`POLISH_FRACTION` of the budget is a local search
 around the current front: its unscored neighbours (one or two parameters changed, nearest
@@ -35,16 +39,16 @@ steps first, :func:`polish_candidates`), recomputed every batch, are enqueued
 1245 valid configurations fit; 0.975 on 175b/1024); with the polish every seed reached it.
 Random sampling stays a pure baseline.
 
-Seeds. A fresh study uses ``seed`` as is (reproducible). A process that joins a study that
-already has trials (a resumed search, a late worker) seeds its sampler from (seed, number of
-trials, pid), so it does not replay the random stream the study already consumed (ecosystem
-1.9: distributed workers need distinct seeds). Two workers that start together on an empty
-study share the seed, and their first batches repeat each other (cached, not re-scored).
+Seeds. A worker's identity is the number of the first trial it asks (unique: Optuna numbers
+trials under a lock). A lone process on a fresh study (first trial 0) uses ``seed`` as is
+(reproducible); every other worker, including ones that start together on an empty study,
+a late worker or a resumed search, seeds its sampler from (seed, that number)
+(:func:`worker_seed`), so no two workers replay one random stream (ecosystem 1.9:
+distributed workers need distinct seeds), and a resume is reproducible.
 """
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -318,6 +322,17 @@ def run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: st
     ``valid`` (optional) is ``enumerate_valid(ctx, sp)`` when the caller already has it.
     ``user_attrs`` are extra study attributes recorded when the study is created.
     """
+    with st.storage_errors(storage):
+        return _run(problem, ctx, sp, valid_count=valid_count, sampler=sampler,
+                    requested=requested, trials=trials, seed=seed, batch_size=batch_size,
+                    storage=storage, study_name=study_name, progress=progress,
+                    user_attrs=user_attrs, valid=valid)
+
+
+def _run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: str,
+         requested: str, trials: int, seed: int, batch_size: int, storage: str | None,
+         study_name: str | None, progress: bool, user_attrs: Mapping[str, Any] | None = None,
+         valid: ConfigBatch | None = None) -> SearchOutcome:
     if sampler not in SAMPLER_NAMES:
         raise InputError("sampler", f"unknown Optuna sampler {sampler!r}", "tpe, nsga2, random")
     if valid is None:
@@ -345,9 +360,18 @@ def run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: st
     n_before = len(study.get_trials(deepcopy=False))
     joined = n_before > 0
     if joined:  # resuming, or a late worker: do not replay the first run's random stream
-        sampler_seed = int(np.random.SeedSequence([seed, n_before, os.getpid()])
-                           .generate_state(1)[0])
+        sampler_seed = worker_seed(seed, n_before)
         study.sampler, _ = make_sampler(sampler, sampler_seed, trials)
+
+    def reseed(first_number: int) -> None:
+        """After this worker's first ``ask``: its identity is that trial's number (unique:
+        Optuna numbers trials under a lock), so workers that started together on an empty
+        study get distinct sampler streams; a lone process (first trial 0) keeps ``seed``."""
+        nonlocal sampler_seed
+        new = seed if first_number == 0 else worker_seed(seed, first_number)
+        if new != sampler_seed:
+            sampler_seed = new
+            study.sampler, _ = make_sampler(sampler, sampler_seed, trials)
 
     limit = float(problem.memory_limit_bytes)
     scored = _Scored.empty()
@@ -355,8 +379,9 @@ def run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: st
     token = st.begin_run()
     bar = _Progress(progress, trials, "trials")
     try:
-        _loop(study, enc, problem, scored, kind=kind, trials=trials, batch_size=batch_size,
-              limit=limit, me=st.worker_id(token), bar=bar, polish=polish)
+        _loop(study, enc, problem, scored, kind=kind, trials=min(trials, int(valid_count)),
+              batch_size=batch_size, limit=limit, me=st.worker_id(token), bar=bar,
+              polish=polish, reseed=reseed, fill_seed=lambda: sampler_seed)
     finally:
         bar.close()
         st.end_run(token)
@@ -384,6 +409,12 @@ def run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: st
     return SearchOutcome(batch, scores, len(unique), int(valid_count), sampler, info)
 
 
+def worker_seed(seed: int, identity: int) -> int:
+    """The sampler seed of the worker whose first trial is number ``identity`` (> 0): derived
+    from the study seed and that number, the same on every machine and every resume."""
+    return int(np.random.SeedSequence([seed, identity]).generate_state(1)[0])
+
+
 def _study_rows(study, enc: Encoding) -> list[int]:
     """The distinct valid configurations of the study's COMPLETE trials, in trial order."""
     from optuna.trial import TrialState
@@ -404,15 +435,31 @@ def _take_scores(scores, index: np.ndarray):
 
 
 def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: int,
-          batch_size: int, limit: float, me: str, bar: _Progress, polish: float) -> None:
+          batch_size: int, limit: float, me: str, bar: _Progress, polish: float,
+          reseed: Callable[[int], None] = lambda n: None,
+          fill_seed: Callable[[], int] = lambda: 0) -> None:
+    """Ask, score and tell batches until the study holds ``trials`` counted finished trials.
+
+    A trial whose configuration a lower-numbered trial already claimed (scored, or being
+    scored by another worker) is a duplicate, and one asked beyond the budget by concurrent
+    workers is over budget: both are scored (from the cache) and told with their real values,
+    tagged ``counted: false`` (:data:`optimizer.storage.COUNTED_ATTR`), so they never consume
+    the budget and none is left FAIL. When a whole batch brings nothing new (the sampler keeps
+    proposing known configurations), the next batch is seeded with unscored configurations
+    drawn at random (deterministically) so the search always progresses.
+    """
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
     shared = kind != "memory"
     polish_from = trials - int(round(polish * trials))
+    rows_of: dict[int, int | None] = {}  # trial number -> configuration (finished trials)
+    first = True
+    stale = 0
     while True:
         everything = study.get_trials(deepcopy=False)
-        finished = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in everything)
+        finished = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) and st.is_counted(t)
+                       for t in everything)
         running = sum(t.state == TrialState.RUNNING for t in everything)
         bar.update(min(finished, trials), scored.feasible(limit))
         if finished >= trials:
@@ -422,19 +469,26 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
             time.sleep(POLL_S)
             st.fail_dead_trials(study, kind, at_startup=False)
             continue
+        waiting = {enc.decode(t.system_attrs.get("fixed_params", {})) for t in everything
+                   if t.state == TrialState.WAITING}
         if finished >= polish_from:
-            waiting = {enc.decode(t.system_attrs.get("fixed_params", {})) for t in everything
-                       if t.state == TrialState.WAITING}
-            n_wait = len(waiting)
-            for row in polish_candidates(enc, scored, limit, max(0, k - n_wait), waiting):
+            for row in polish_candidates(enc, scored, limit, max(0, k - len(waiting)), waiting):
                 study.enqueue_trial(enc.params_for(row), user_attrs={"origin": "polish"})
+                waiting.add(row)
+        if stale:
+            for row in _unscored(enc, scored, waiting, k, fill_seed() + len(everything)):
+                study.enqueue_trial(enc.params_for(row), user_attrs={"origin": "fill"})
 
         # 1. ask k trials from the seeded sampler, in order, and decode them
         batch: list[tuple[Any, int]] = []
+        beat = time.monotonic()
         for _ in range(k):
             with warnings.catch_warnings():  # "Heartbeat ... supposed to be used with optimize"
                 warnings.simplefilter("ignore", UserWarning)
                 trial = study.ask()
+            if first:
+                reseed(trial.number)
+                first = False
 
             def choose(name: str, choices: tuple[Any, ...], trial=trial) -> Any:
                 return trial.suggest_categorical(name, list(choices))
@@ -444,22 +498,36 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
                     st.record_heartbeat(study, trial)
                     trial.set_user_attr(st.WORKER_ATTR, me)
                 batch.append((trial, enc.walk(choose)))
+                if shared and time.monotonic() - beat > st.HEARTBEAT_INTERVAL_S / 2:
+                    beat = _beat(study, batch)  # asking a batch can outlast the grace period
             except UpdateFinishedTrialError:
                 # a worker starting on the same journal failed it while it was still untagged
                 # (storage.fail_dead_trials: untagged RUNNING trials are a killed run's at
                 # start-up): FAIL, not counted; the next round asks again
                 continue
 
-        # 2. concurrent workers: drop trials beyond the budget (by trial number)
+        # 2. duplicates, and (concurrent workers) trials beyond the budget: not counted
+        counted, extra = _claim(study, enc, batch, rows_of)
         if shared:
-            batch = _within_budget(study, batch, trials)
+            counted, over = _within_budget(study, counted, trials)
+            extra += over
+        for trial, _row in extra:
+            try:
+                trial.set_user_attr(st.COUNTED_ATTR, False)
+            except UpdateFinishedTrialError:
+                pass
+        stale = 0 if counted else stale + 1
 
         # 3. score the configurations not seen before, in one vectorised call
         new = list(dict.fromkeys(r for _, r in batch if r not in scored.position))
+        if shared:
+            _beat(study, batch)
         scored.add(problem, enc.valid, new)
+        if shared:
+            _beat(study, batch)
 
-        # 4. tell in trial order
-        for trial, row in batch:
+        # 4. tell in trial order (every trial: the sampler learns from each)
+        for trial, row in sorted(batch, key=lambda x: x[0].number):
             tps, peak = scored.values(row)
             try:
                 if not np.isfinite(peak):
@@ -469,6 +537,61 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
                 study.tell(trial, [tps, peak])
             except UpdateFinishedTrialError:
                 pass  # another process failed it (it thought the owner dead): not counted
+
+
+def _beat(study, batch: list[tuple[Any, int]]) -> float:
+    """Record a heartbeat for every trial of the batch (RDB storages): under load, asking
+    and scoring a batch can take longer than the grace period, and other workers would fail
+    the first trials as stale. Returns the time of the beat."""
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    for trial, _ in batch:
+        try:
+            st.record_heartbeat(study, trial)
+        except UpdateFinishedTrialError:
+            pass
+    return time.monotonic()
+
+
+def _claim(study, enc: Encoding, batch: list[tuple[Any, int]], rows_of: dict[int, int | None]
+           ) -> tuple[list[tuple[Any, int]], list[tuple[Any, int]]]:
+    """Split ``batch`` into (counted, duplicates): a trial is a duplicate when a trial with a
+    lower number, finished and counted or still running, names the same configuration."""
+    from optuna.trial import TrialState
+
+    mine = {t.number for t, _ in batch}
+    owner: dict[int, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.number in mine or t.state in (TrialState.FAIL, TrialState.WAITING) \
+                or not st.is_counted(t):
+            continue
+        if t.number in rows_of:
+            row = rows_of[t.number]
+        else:
+            row = enc.decode(t.params)  # a running trial's params may be incomplete: None
+            if t.state != TrialState.RUNNING:
+                rows_of[t.number] = row
+        if row is not None and owner.get(row, t.number) >= t.number:
+            owner[row] = t.number
+    counted, dup = [], []
+    for trial, row in sorted(batch, key=lambda x: x[0].number):
+        if owner.get(row, trial.number) < trial.number:
+            dup.append((trial, row))
+        else:
+            owner[row] = trial.number
+            counted.append((trial, row))
+    return counted, dup
+
+
+def _unscored(enc: Encoding, scored: _Scored, exclude: set, k: int, seed: int) -> list[int]:
+    """Up to ``k`` valid configurations not scored yet, drawn at random from ``seed``."""
+    taken = set(scored.position) | {r for r in exclude if r is not None}
+    free = np.setdiff1d(np.arange(len(enc.valid)), np.fromiter(taken, dtype=np.int64,
+                                                                count=len(taken)))
+    if len(free) == 0:
+        return []
+    rng = np.random.default_rng(seed)
+    return [int(r) for r in rng.choice(free, size=min(k, len(free)), replace=False)]
 
 
 def polish_candidates(enc: Encoding, scored: _Scored, limit: float, k: int,
@@ -520,8 +643,9 @@ def polish_candidates(enc: Encoding, scored: _Scored, limit: float, k: int,
 
 
 def _within_budget(study, batch: list[tuple[Any, int]], trials: int
-                   ) -> list[tuple[Any, int]]:
-    """Keep the trials whose predecessors leave room in the budget; fail the others.
+                   ) -> tuple[list[tuple[Any, int]], list[tuple[Any, int]]]:
+    """Split ``batch`` into (kept, over budget): a trial is kept when its predecessors leave
+    room in the budget. Over-budget trials are not failed: the caller tells them, uncounted.
 
     Optuna numbers trials in creation order under a lock (RDB: the study row is locked;
     journal: log order), so every trial numbered below one of ours is visible now. A trial is
@@ -533,14 +657,12 @@ def _within_budget(study, batch: list[tuple[Any, int]], trials: int
 
     mine = {t.number for t, _ in batch}
     claims = sorted(t.number for t in study.get_trials(deepcopy=False)
-                    if t.state != TrialState.FAIL and t.number not in mine)
+                    if t.state != TrialState.FAIL and st.is_counted(t) and t.number not in mine)
     keep, drop = [], []
     for trial, row in sorted(batch, key=lambda x: x[0].number):
         before = int(np.searchsorted(claims, trial.number)) + len(keep)
         (keep if before < trials else drop).append((trial, row))
-    if drop:
-        st.fail_trials(study, [t for t, _ in drop])
-    return keep
+    return keep, drop
 
 
 __all__ = ["Encoding", "PARAM_ORDER", "make_sampler", "param_name", "run"]

@@ -20,9 +20,11 @@ from optimizer.storage.backends import (
     quiet_optuna,
     redact,
     repair_journal,
+    storage_errors,
     storage_kind,
 )
 from optimizer.storage.study import (
+    COUNTED_ATTR,
     DIRECTIONS,
     METRIC_NAMES,
     WORKER_ATTR,
@@ -30,6 +32,7 @@ from optimizer.storage.study import (
     fail_dead_trials,
     fail_trials,
     finished_states,
+    is_counted,
     library_versions,
     load_result,
     open_study,
@@ -39,9 +42,9 @@ from optimizer.storage.study import (
 from optimizer.storage.workers import begin_run, end_run, worker_id
 
 __all__ = [
-    "DIRECTIONS", "GRACE_PERIOD_S", "HEARTBEAT_INTERVAL_S", "METRIC_NAMES", "WORKER_ATTR",
+    "COUNTED_ATTR", "DIRECTIONS", "GRACE_PERIOD_S", "HEARTBEAT_INTERVAL_S", "METRIC_NAMES", "WORKER_ATTR",
     "begin_run", "count_finished", "end_run", "fail_dead_trials", "fail_trials",
-    "finished_states", "library_versions", "load_result", "open_storage", "open_study",
+    "finished_states", "is_counted", "library_versions", "load_result", "open_storage", "open_study",
     "quiet_optuna", "record_heartbeat", "redact", "repair_journal", "save_result",
-    "storage_kind", "worker_id",
+    "storage_errors", "storage_kind", "worker_id",
 ]

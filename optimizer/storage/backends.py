@@ -5,7 +5,7 @@
 - ``None``: :class:`optuna.storages.InMemoryStorage` (one process, nothing persisted);
 - ``sqlite:///x.db``, ``postgresql[+driver]://...``, ``mysql[+driver]://...`` (any SQLAlchemy
   URL of those dialects): :class:`optuna.storages.RDBStorage` with heartbeats
-  (``heartbeat_interval=60`` s, ``grace_period=120`` s), so trials of a killed worker are
+  (``heartbeat_interval=10`` s, ``grace_period=20`` s), so trials of a killed worker are
   failed by the others (:func:`optuna.storages.fail_stale_trials`);
 - ``redis://...`` / ``rediss://...``: ``JournalStorage(JournalRedisBackend(url))`` (a
   ``redis://`` string passed straight to Optuna raises, ecosystem.md 1.7);
@@ -23,6 +23,7 @@ The studies inside a storage (open, check, resume, the workers' trials, the stor
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -35,8 +36,9 @@ from costmodel.errors import InputError, did_you_mean
 from costmodel.loaders import expand_user
 from optimizer.storage.workers import process_alive, worker_id
 
-HEARTBEAT_INTERVAL_S = 60
-GRACE_PERIOD_S = 120
+HEARTBEAT_INTERVAL_S = 10  # a trial lives for one batch (milliseconds of vectorised scoring)
+GRACE_PERIOD_S = 20  # a RUNNING trial without a heartbeat this long (another host's) is dead
+UNTAGGED_GRACE_S = 5  # a RUNNING RDB trial nobody tagged this long: killed between ask and tag
 SQLITE_TIMEOUT_S = 30.0
 JOURNAL_LOCK_GRACE_S = 10  # a lock held this long by one holder (of unknown liveness) is broken
 RDB_DIALECTS = ("sqlite", "postgresql", "mysql")
@@ -77,38 +79,123 @@ def storage_kind(spec: str | None) -> str:
                      + "; a plain path means a journal file")
 
 
+#: Query parameters that carry credentials (libpq's password and sslpassword, and the usual
+#: spellings of drivers and proxies); compared case-insensitively.
+SECRET_PARAMS = ("password", "passwd", "pwd", "pass", "sslpassword", "secret", "token",
+                 "access_token", "api_key", "apikey", "auth", "authtoken")
+
+
+def _split_url(spec: str) -> tuple[str, str, str, str]:
+    """``(scheme, userinfo, rest, query)`` of ``scheme://[userinfo@]rest[?query]``. The user
+    information ends at the LAST ``@`` before the query: a password may hold ``/``, ``:``,
+    ``@`` or ``#`` (SQLAlchemy and redis-py read it that way)."""
+    scheme, after = spec.split("://", 1)
+    head, qmark, query = after.partition("?")
+    userinfo, at, rest = head.rpartition("@")
+    if not at:
+        userinfo, rest = "", head
+    return scheme, userinfo, rest, query if qmark else ""
+
+
+def _secrets(spec: str | None) -> list[str]:
+    """The password-like values in a storage URL, raw and percent-decoded, longest first."""
+    from urllib.parse import unquote
+
+    if not isinstance(spec, str) or "://" not in spec:
+        return []
+    _, userinfo, _, query = _split_url(spec)
+    found = []
+    if ":" in userinfo:
+        found.append(userinfo.split(":", 1)[1])
+    for pair in query.split("&"):
+        key, eq, value = pair.partition("=")
+        if eq and unquote(key).strip().lower() in SECRET_PARAMS:
+            found.append(value)
+    out = {s for v in found if v for s in (v, unquote(v), unquote(v.replace("+", " ")))}
+    return sorted((s for s in out if s), key=len, reverse=True)
+
+
 def redact(spec: str | None) -> str | None:
-    """The storage string with any password replaced by ``***`` (safe to print and record)."""
-    if spec is None or "://" not in spec:
+    """The storage string with every password replaced by ``***`` (safe to print and record):
+    the user information's password, whatever characters it holds, and the values of the
+    query parameters of :data:`SECRET_PARAMS` (``?password=``, ``&sslpassword=``, ...)."""
+    if spec is None or not isinstance(spec, str) or "://" not in spec:
         return spec
-    scheme, rest = spec.split("://", 1)
-    netloc, sep, tail = rest.partition("/")
-    if "@" in netloc:
-        cred, host = netloc.rsplit("@", 1)
-        if ":" in cred:
-            cred = cred.split(":", 1)[0] + ":***"
-        netloc = f"{cred}@{host}"
-    return f"{scheme}://{netloc}{sep}{tail}"
+    from urllib.parse import unquote
+
+    scheme, userinfo, rest, query = _split_url(spec)
+    if ":" in userinfo:
+        userinfo = userinfo.split(":", 1)[0] + ":***"
+    pairs = []
+    for pair in query.split("&") if query else ():
+        key, eq, value = pair.partition("=")
+        if eq and unquote(key).strip().lower() in SECRET_PARAMS:
+            value = "***"
+        pairs.append(f"{key}{eq}{value}")
+    out = f"{scheme}://{userinfo + '@' if userinfo else ''}{rest}"
+    return out + ("?" + "&".join(pairs) if query else "")
 
 
-def open_storage(spec: str | None):
+def scrub(text: str, spec: str | None) -> str:
+    """``text`` (e.g. a driver's error message) with the passwords of ``spec`` removed."""
+    text = str(text)
+    if isinstance(spec, str) and "://" in spec:
+        text = text.replace(spec, redact(spec) or "")
+    for secret in _secrets(spec):
+        text = text.replace(secret, "***")
+    return text
+
+
+@contextlib.contextmanager
+def storage_errors(spec: str | None):
+    """Turn a failing database under a running study (a corrupted SQLite page, a server that
+    went away: Optuna's StorageInternalError, SQLAlchemy's DatabaseError) into
+    InputError("storage"), exit 2, with any password removed."""
+    try:
+        yield
+    except InputError:
+        raise
+    except Exception as e:
+        import sqlalchemy.exc
+        from optuna.exceptions import StorageInternalError
+
+        if not isinstance(e, StorageInternalError | sqlalchemy.exc.SQLAlchemyError):
+            raise
+        cause = getattr(e, "orig", None) or e.__cause__ or e.__context__ or e
+        msg = str(getattr(cause, "orig", None) or cause).strip().splitlines()
+        raise InputError("storage", scrub(f"the database of {redact(spec)!r} failed: "
+                                          f"{msg[0] if msg else type(e).__name__}", spec),
+                         "is the file damaged or the server gone? restore it, or give "
+                         "another --storage") from None
+
+
+def open_storage(spec: str | None, *, read_only: bool = False):
     """An Optuna storage for ``spec`` (see the module docstring). Raises InputError
     (field ``storage``) for bad URLs, unreachable servers, missing drivers, unreadable or
-    corrupted journal files."""
+    corrupted journal files, files that are not regular files, and SQLite databases that hold
+    tables of something else. No message carries a password (:func:`scrub`).
+
+    ``read_only`` (``optimize report``): nothing is written, repaired, locked or created; a
+    journal is replayed from the file as it is (a complete last record without its newline
+    counts, a torn one is skipped), an SQLite database is opened with ``mode=ro``."""
     quiet_optuna()
-    kind = storage_kind(spec)
-    if kind == "memory":
-        from optuna.storages import InMemoryStorage
+    try:
+        kind = storage_kind(spec)
+        if kind == "memory":
+            from optuna.storages import InMemoryStorage
 
-        return InMemoryStorage()
-    if kind == "rdb":
-        return _open_rdb(spec)
-    if kind == "redis":
-        return _open_redis(spec)
-    return _open_journal(spec)
+            return InMemoryStorage()
+        if kind == "rdb":
+            return _open_rdb(spec, read_only=read_only)
+        if kind == "redis":
+            return _open_redis(spec)
+        return _open_journal(spec, read_only=read_only)
+    except InputError as e:
+        raise InputError(e.field, scrub(e.message, spec),
+                         scrub(e.hint, spec) if e.hint else None) from None
 
 
-def _open_rdb(url: str):
+def _open_rdb(url: str, *, read_only: bool = False):
     import sqlalchemy
     from optuna.storages import RDBStorage
 
@@ -120,19 +207,28 @@ def _open_rdb(url: str):
                          "postgresql+psycopg2://user:password@host:5432/db") from None
     url = _with_installed_driver(url, parsed)
     engine_kwargs: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
     if parsed.get_backend_name() == "sqlite":
         engine_kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
         db = parsed.database
         if db and db != ":memory:" and not db.startswith("file:"):
-            expand_user(db, "storage").parent.mkdir(parents=True, exist_ok=True)
+            path = expand_user(db, "storage")
+            _check_sqlite_file(path)
+            if read_only:
+                from urllib.parse import quote
+
+                url = f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&uri=true"
+                extra = {"skip_table_creation": True, "skip_compatibility_check": True}
     else:
         engine_kwargs = {"pool_pre_ping": True}
+        if read_only:
+            extra = {"skip_table_creation": True}
     last: Exception | None = None
     for attempt in range(4):  # concurrent first use of an empty database can race on DDL
         try:
             return RDBStorage(url, engine_kwargs=engine_kwargs,
                               heartbeat_interval=HEARTBEAT_INTERVAL_S,
-                              grace_period=GRACE_PERIOD_S)
+                              grace_period=GRACE_PERIOD_S, **extra)
         except (ImportError, sqlalchemy.exc.NoSuchModuleError) as e:
             raise InputError("storage", f"no database driver for {redact(url)!r}: {e}",
                              "install one, e.g. pip install 'paraplan[postgres]' "
@@ -150,6 +246,56 @@ def _open_rdb(url: str):
                      f"{msg[0] if msg else type(last).__name__}",
                      "check that the server is running and the URL, user and database "
                      "are right")
+
+
+def _optuna_tables() -> frozenset[str]:
+    from optuna.storages._rdb import models
+
+    return frozenset(models.BaseModel.metadata.tables) | {"alembic_version"}
+
+
+def _check_sqlite_file(path: Path) -> None:
+    """An SQLite storage file must be new (in an existing folder), or a regular file holding an
+    SQLite database whose tables are all Optuna's: paraplan never adds its tables to a
+    database of something else, and never creates folders."""
+    import sqlite3
+    import stat as stat_mod
+
+    if not path.exists():
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir():
+            raise InputError("storage", f"directory {parent} does not exist",
+                             "create it first (paraplan does not create folders)")
+        return
+    st_mode = os.stat(path).st_mode
+    if stat_mod.S_ISDIR(st_mode):
+        raise InputError("storage", f"{path} is a directory, not an SQLite database file")
+    if not stat_mod.S_ISREG(st_mode):
+        raise InputError("storage", f"{path} is not a regular file (a device, FIFO or socket)",
+                         "give the path of an SQLite database file")
+    if path.stat().st_size == 0:
+        return
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if head != b"SQLite format 3\x00":
+        raise InputError("storage", f"{path} is not an SQLite database (or its header is "
+                         "damaged)", "give a new file name, or the right database")
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_TIMEOUT_S)
+        try:
+            names = {r[0] for r in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name NOT LIKE 'sqlite_%'")}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        raise InputError("storage", f"SQLite database {path} is corrupted or unreadable: {e}",
+                         "restore it from a backup, or give a new file name") from None
+    foreign = sorted(names - _optuna_tables())
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise InputError("storage", f"SQLite database {path} holds tables that are not "
+                         f"Optuna's ({shown})", "give paraplan a database file of its own")
 
 
 #: Drivers SQLAlchemy may use for a dialect, its default first (SQLAlchemy 2.1: psycopg 3).
@@ -266,13 +412,28 @@ def _lock_holder_alive(target: str) -> bool | None:
         return None
 
 
-def _open_journal(path_text: str):
+def _open_journal(path_text: str, *, read_only: bool = False):
+    import stat as stat_mod
+
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
+    from costmodel.safe_io import check_text
+
+    check_text("storage", path_text, max_chars=4096)
     path = expand_user(path_text, "storage")
     if path.is_dir():
         raise InputError("storage", f"{path_text!r} is a directory, not a journal file",
                          f"e.g. {path / 'study.journal'}")
+    if path.exists() and not stat_mod.S_ISREG(os.stat(path).st_mode):
+        raise InputError("storage", f"{path_text!r} is not a regular file (a device, FIFO or "
+                         "socket)", "give the path of a journal file, or of a new one")
+    if not path.exists():
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir():
+            raise InputError("storage", f"directory {parent} does not exist",
+                             "create it first (paraplan does not create folders)")
+        if read_only:
+            raise InputError("storage", f"journal file {path_text!r} does not exist")
     if path.exists():
         with open(path, "rb") as f:
             head = f.read(16)
@@ -281,10 +442,11 @@ def _open_journal(path_text: str):
                              f"use --storage sqlite:///{path}")
         if not _looks_like_journal(path):
             raise InputError("storage", f"{path_text!r} is not an Optuna journal file (its "
-                             "first line is not a journal record)", "give a new path for a "
+                             "lines are not journal records)", "give a new path for a "
                              "new journal, or a storage URL")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if read_only:
+            return JournalStorage(_read_only_backend(path))
         lock = _owned_lock_class()(str(path))
         repair_journal(path, lock)
         return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
@@ -297,30 +459,82 @@ def _open_journal(path_text: str):
                          "use another --storage path, or repair the file") from None
 
 
-def _looks_like_journal(path: Path) -> bool:
-    """Empty, or a first line that is a JSON object with an ``op_code`` (a journal record;
-    a torn first line, a journal killed during its first append, also counts)."""
-    with open(path, "rb") as f:
-        first = f.readline(1 << 20)
-    if not first.strip():
-        return True
-    if not first.endswith(b"\n"):
-        return first.lstrip().startswith(b'{"op_code":')
+def _is_record(line: bytes) -> bool:
     try:
-        record = json.loads(first)
+        record = json.loads(line)
     except ValueError:
         return False
     return isinstance(record, dict) and "op_code" in record
 
 
+def _looks_like_journal(path: Path, tail: int = 1 << 16) -> bool:
+    """Empty, or a journal all through: the first line and every complete line of the last
+    ``tail`` bytes are JSON objects with an ``op_code`` (a torn last line, a writer killed in
+    an append, is allowed). A file that only *starts* like a journal is not one, and is never
+    repaired (cut)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        first = f.readline(1 << 20)
+        if not first.strip():
+            return size == len(first)
+        if not first.endswith(b"\n"):
+            return first.lstrip().startswith(b'{"op_code":') and size == len(first)
+        if not _is_record(first):
+            return False
+        start = max(len(first), size - tail)
+        f.seek(start)
+        data = f.read(size - start)
+    lines = data.split(b"\n")
+    if start > len(first):
+        lines = lines[1:]  # the window starts inside a line
+    complete, last = [x for x in lines[:-1] if x.strip()], lines[-1]
+    if complete and not complete[-1].lstrip().startswith(b"{"):
+        return False  # the last complete line may be a damaged record (repaired), not text
+    if not all(_is_record(line) for line in complete[:-1]):
+        return False
+    return not last or last.lstrip().startswith(b"{")
+
+
+def _read_only_backend(path: Path):
+    """A journal backend that replays ``path`` as it is and never writes (``report``)."""
+    from optuna.storages.journal import BaseJournalBackend
+
+    class ReadOnlyJournal(BaseJournalBackend):
+        def read_logs(self, log_number_from: int):
+            with open(path, "rb") as f:
+                data = f.read()
+            lines = data.split(b"\n")
+            torn = lines.pop()  # b"" when the file ends with a newline
+            for i, line in enumerate(lines):
+                if i >= log_number_from:
+                    yield json.loads(line)  # a damaged middle line: corrupted (exit 2)
+            if torn.strip() and len(lines) >= log_number_from:
+                try:
+                    record = json.loads(torn)  # complete but its newline lost: it counts
+                except ValueError:
+                    return  # torn by a killed writer: skipped, as Optuna does
+                if isinstance(record, dict):
+                    yield record
+
+        def append_logs(self, logs) -> None:
+            raise InputError("storage", "opened read-only (optimize report never writes)")
+
+    return ReadOnlyJournal()
+
+
 def repair_journal(path: str | os.PathLike, lock=None) -> int:
-    """Cut a torn last line off a journal file; return the number of bytes removed.
+    """Repair the end of a journal file; return the number of bytes removed.
 
     A writer killed during ``append_logs`` can leave a last line without its newline (or an
     unparsable one). Optuna skips such a line while it is last, but once another process
-    appends after it, the merged line fails every later replay. The file is truncated to the
-    end of its last complete, parsable line, under the journal's lock (``ftruncate`` is one
-    atomic system call, so a crash leaves either the old or the repaired file).
+    appends after it, the merged line fails every later replay. Under the journal's lock:
+
+    - a last line that is a complete record and only lost its newline gets the newline back
+      (nothing is dropped);
+    - otherwise the file is first copied to ``<journal>.torn-<UTC time>.bak`` and then
+      truncated to the end of its last complete, parsable line (``ftruncate`` is one atomic
+      system call, so a crash leaves either the old or the repaired file). Every complete
+      record before the torn tail is kept.
     """
     path = Path(path)
     if not path.exists() or path.stat().st_size == 0:
@@ -330,8 +544,20 @@ def repair_journal(path: str | os.PathLike, lock=None) -> int:
     try:
         size = path.stat().st_size
         with open(path, "rb+") as f:
+            f.seek(max(0, size - 1))
+            if f.read(1) != b"\n":
+                start = max(0, size - (1 << 20))
+                f.seek(start)
+                tail = f.read(size - start).rsplit(b"\n", 1)[-1]
+                if (start == 0 or len(tail) < size - start) and _is_record(tail):
+                    f.seek(size)
+                    f.write(b"\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                    return 0
             keep = _complete_prefix(f, size)
             if keep < size:
+                _backup(path)
                 f.truncate(keep)
                 f.flush()
                 os.fsync(f.fileno())
@@ -339,6 +565,17 @@ def repair_journal(path: str | os.PathLike, lock=None) -> int:
     finally:
         if lock is not None:
             lock.release()
+
+
+def _backup(path: Path) -> Path:
+    """Copy ``path`` beside itself before a repair cuts anything off it."""
+    import datetime as dt
+    import shutil
+
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    target = path.with_name(f"{path.name}.torn-{stamp}.bak")
+    shutil.copy2(path, target)
+    return target
 
 
 def _complete_prefix(f, size: int, window: int = 1 << 20) -> int:

@@ -13,8 +13,9 @@ RUNNING trials nobody will ever finish:
   A worker starting next to a running one may so fail a trial the other has just asked and
   not yet tagged; that worker drops the trial and asks again (optuna_search._loop);
 - RDB storages: trials of other hosts are left to Optuna's heartbeat; a RUNNING trial without
-  an owner tag (its worker died between ``ask`` and the tag) is failed once it is older than
-  the grace period;
+  an owner tag (its worker died between ``ask`` and the tag, which takes milliseconds) is
+  failed once it is older than ``UNTAGGED_GRACE_S`` (5 s); an owner on this host that is a
+  zombie counts as dead;
 - while a worker waits for others, any RUNNING trial older than the grace period whose owner
   cannot be seen alive is failed (so a lost worker never blocks the others for ever).
 
@@ -37,7 +38,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from costmodel.errors import InputError
-from optimizer.storage.backends import GRACE_PERIOD_S, open_storage, quiet_optuna
+from optimizer.storage.backends import (
+    GRACE_PERIOD_S,
+    UNTAGGED_GRACE_S,
+    open_storage,
+    quiet_optuna,
+)
 from optimizer.storage.workers import owner_alive
 
 WORKER_ATTR = "worker"
@@ -103,9 +109,21 @@ def finished_states():
     return (TrialState.COMPLETE, TrialState.PRUNED)
 
 
+#: Trial user attribute: ``False`` on a trial that does not count against ``--trials`` (a
+#: configuration the study had already scored, or one asked beyond the budget by a concurrent
+#: worker). Such trials are told with their real values (the sampler learns from them), so
+#: none is left FAIL; the search counts the others.
+COUNTED_ATTR = "counted"
+
+
+def is_counted(trial) -> bool:
+    return trial.user_attrs.get(COUNTED_ATTR, True) is not False
+
+
 def count_finished(study) -> int:
-    """COMPLETE + PRUNED trials of the study (what ``--trials`` counts)."""
-    return len(study.get_trials(deepcopy=False, states=finished_states()))
+    """COMPLETE + PRUNED trials of the study that count (what ``--trials`` counts)."""
+    return sum(is_counted(t) for t in study.get_trials(deepcopy=False,
+                                                        states=finished_states()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,6 +160,10 @@ def fail_dead_trials(study, kind: str, *, at_startup: bool, own: Iterable[int] =
             fail_stale_trials(study)  # Optuna's heartbeat: other hosts' dead workers
     own = set(own)
     now = _dt.datetime.now()
+
+    def age(t) -> float:
+        return (now - t.datetime_start).total_seconds() if t.datetime_start else 0.0
+
     dead = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if t._trial_id in own:
@@ -154,8 +176,10 @@ def fail_dead_trials(study, kind: str, *, at_startup: bool, own: Iterable[int] =
             dead.append(t)
         elif alive is None and kind in ("journal", "redis") and (at_startup or old):
             dead.append(t)  # single-writer assumption (module docstring)
-        elif alive is None and kind == "rdb" and old and (owner is None or not at_startup):
-            dead.append(t)  # untagged, or its host's heartbeat never came: long gone
+        elif alive is None and kind == "rdb" and owner is None and age(t) > UNTAGGED_GRACE_S:
+            dead.append(t)  # untagged: its worker died between ask and tag (that takes ms)
+        elif alive is None and kind == "rdb" and old and not at_startup:
+            dead.append(t)  # its host's heartbeat never came: long gone
     return fail_trials(study, dead)
 
 

@@ -47,8 +47,21 @@ def end_run(token: str) -> None:
     _ACTIVE_RUNS.discard(token)
 
 
+def _proc_state(pid: int) -> str:
+    """The process state letter of ``/proc/<pid>/stat`` (R, S, D, Z, X, ...), '' where
+    unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode(errors="replace")
+        return data.rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
 def process_alive(host: str, pid: int, start: str) -> bool | None:
-    """Whether process ``pid`` (started at ``start``) on ``host`` runs; None for another host."""
+    """Whether process ``pid`` (started at ``start``) on ``host`` runs; None for another host.
+    A zombie (exited, not yet reaped by its parent) or a dying process is not alive: it will
+    never finish a trial."""
     if host != socket.gethostname():
         return None
     if pid == os.getpid():
@@ -59,6 +72,8 @@ def process_alive(host: str, pid: int, start: str) -> bool | None:
         return False
     except PermissionError:
         pass
+    if _proc_state(pid) in ("Z", "X", "x"):
+        return False
     now = _proc_start(pid)
     return not (start and now and now != start)
 

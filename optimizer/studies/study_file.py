@@ -103,7 +103,8 @@ class StudyFile:
             return resolve_problem(model=self.model, cluster=self.cluster,
                                    training=self.training,
                                    memory_limit_gib=self.memory_limit_gib,
-                                   memory_fraction=self.memory_fraction,
+                                   memory_fraction=(None if self.memory_limit_gib is not None
+                                                    else self.memory_fraction),
                                    allow_cross_node_tp=self.allow_cross_node_tp)
         except InputError as e:
             raise _prefixed(e, "study.constraints.") from None
@@ -228,6 +229,10 @@ def _search(raw: dict[str, Any]) -> dict[str, Any]:
     out["trials"] = _int("study.search.trials", out["trials"], minimum=1)
     out["seed"] = _int("study.search.seed", out["seed"])
     out["batch_size"] = _int("study.search.batch_size", out["batch_size"], minimum=1)
+    from optimizer.search.engine import check_settings
+
+    check_settings(sampler=out["sampler"], trials=out["trials"], seed=out["seed"],
+                   batch_size=out["batch_size"], prefix="study.search.")
     if not isinstance(out["allow_cross_node_tp"], bool):
         raise InputError("study.search.allow_cross_node_tp",
                          f"must be true or false, got {_short(out['allow_cross_node_tp'])}")
@@ -280,6 +285,9 @@ def _cluster(raw: Any, base_dir: Path) -> ClusterSpec:
     if isinstance(raw, Mapping) and "gpus" in raw:
         ref = {k: v for k, v in raw.items() if k != "gpus"}
         default_gpus = _int("study.cluster.gpus", raw["gpus"], minimum=1)
+        from costmodel import limits
+
+        limits.check_count("study.cluster.gpus", default_gpus, maximum=limits.MAX_GPUS)
         if not ref:
             raise InputError("study.cluster.gpu", "missing required key",
                              "e.g. cluster: {gpus: 16, gpu: a100-sxm-80gb}")
@@ -303,7 +311,30 @@ def _sha256(obj: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-def load_study_file(path: str | Path) -> StudyFile:
+def _check_inside(storage: str, base_dir: Path, allow_external: bool) -> str:
+    """A study file's journal or SQLite file must lie in the study file's folder (or below):
+    a shared or downloaded study file must not make paraplan write elsewhere (``../..``,
+    ``/etc``) unless the user says so (``--allow-external-storage``)."""
+    if allow_external:
+        return storage
+    if "://" in storage:
+        if not storage.startswith("sqlite:///"):
+            return storage  # a database server: nothing is written on this machine's disk
+        rest = storage[len("sqlite:///"):]
+        if not rest or rest == ":memory:":
+            return storage
+        target = Path(rest)
+    else:
+        target = Path(storage)
+    base = base_dir.resolve()
+    if not target.resolve().is_relative_to(base):
+        raise InputError("study.storage", f"{target} is outside the study file's folder "
+                         f"{base}", "keep the storage beside the study file, give --storage "
+                         "on the command line, or pass --allow-external-storage")
+    return storage
+
+
+def load_study_file(path: str | Path, *, allow_external_storage: bool = False) -> StudyFile:
     """Read, validate and resolve a study file (raises InputError naming ``study.<field>``).
 
     The file is only read (never written). YAML is parsed with safe-load semantics and
@@ -370,7 +401,8 @@ def load_study_file(path: str | Path) -> StudyFile:
     if storage_raw is None:
         storage = str(p.resolve().with_suffix(JOURNAL_SUFFIX))
     else:
-        storage = resolve_storage(_text("study.storage", storage_raw), base_dir)
+        storage = _check_inside(resolve_storage(_text("study.storage", storage_raw), base_dir),
+                                base_dir, allow_external_storage)
     study_name = name if data.get("study_name") is None else \
         _text("study.study_name", data["study_name"])
 
@@ -450,7 +482,12 @@ def run_study(study: StudyFile, *, storage_override: str | None = None,
     """
     from optimizer import search
     from optimizer.api import finish
-    from optimizer.storage import load_result, open_storage, open_study, save_result
+    from optimizer.storage import (
+        load_result,
+        open_storage,
+        open_study,
+        save_result,
+    )
 
     storage_spec = storage_override or study.storage
     study_name = study_name_override or study.study_name
@@ -463,6 +500,9 @@ def run_study(study: StudyFile, *, storage_override: str | None = None,
         section = _study_section(study, study_name)
         attrs = {"fingerprint": problem.fingerprint(), STUDY_ATTR: section,
                  "versions": _versions()}
+        import optuna
+
+        existed = study_name in optuna.get_all_study_names(storage=storage)
         handle = open_study(storage, study_name, None, attrs)
     recorded = handle.user_attrs.get(STUDY_ATTR)
     if isinstance(recorded, Mapping) and recorded.get("definition_sha256") != study.fingerprint:
@@ -479,6 +519,8 @@ def run_study(study: StudyFile, *, storage_override: str | None = None,
                                  batch_size=study.batch_size, storage=storage_spec,
                                  study_name=study_name, progress=progress)
         except InputError as e:
+            if not existed:  # leave no half-made study that would refuse the fixed file
+                _forget_new_study(storage, study_name)
             if e.field in SEARCH_KEYS:
                 raise _prefixed(e, "study.search.") from None
             if e.field == "space":
@@ -494,6 +536,21 @@ def run_study(study: StudyFile, *, storage_override: str | None = None,
     doc["study"] = section
     save_result(handle, doc)
     return doc
+
+
+def _forget_new_study(storage, study_name: str) -> None:
+    """Delete the study this run created when the search refused its input before any trial
+    was finished, so the corrected study file is not refused as "a different definition"."""
+    import optuna
+
+    from optimizer.storage import count_finished
+
+    try:
+        handle = optuna.load_study(study_name=study_name, storage=storage)
+        if count_finished(handle) == 0 and not handle.get_trials(deepcopy=False):
+            optuna.delete_study(study_name=study_name, storage=storage)
+    except Exception:  # best effort: the original error is the one to report
+        pass
 
 
 @contextmanager
@@ -525,7 +582,7 @@ def report_study(study: StudyFile, *, storage_override: str | None = None,
     study_name = study_name_override or study.study_name
     if _missing_local_storage(storage_spec):
         raise InputError("study", NOT_RUN_MESSAGE, f"storage {storage_spec} does not exist")
-    doc = load_result(open_storage(storage_spec), study_name)
+    doc = load_result(open_storage(storage_spec, read_only=True), study_name)  # never writes
     if doc is None:
         raise InputError("study", NOT_RUN_MESSAGE,
                          f"study {study_name!r} in {_redact(storage_spec)}")

@@ -161,12 +161,14 @@ def test_repeated_configurations_are_not_rescored(p65, monkeypatch, memstore):
     complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
     enc = osr.Encoding.build(valid, sp)
     distinct = {enc.decode(t.params) for t in complete}
-    assert len(complete) == 150
-    assert len(distinct) < 150  # TPE repeated itself in this discrete space...
+    counted = [t for t in complete if osr.st.is_counted(t)]
+    assert len(counted) == 150 == len({enc.decode(t.params) for t in counted})
+    assert len(complete) > 150  # TPE repeated itself in this discrete space: not counted...
     assert sum(scored_sizes) == len(distinct) == out.evaluated  # ...and nothing was rescored
     # the last 40% of the budget is the local search around the front, as enqueued trials
-    polish = [t.number for t in complete if t.user_attrs.get("origin") == "polish"]
-    assert polish and min(polish) >= 150 - round(osr.POLISH_FRACTION["tpe"] * 150)
+    polish = [t for t in complete if t.user_attrs.get("origin") == "polish"]
+    assert polish and min(sum(osr.st.is_counted(u) for u in complete if u.number < t.number)
+                          for t in polish) >= 150 - round(osr.POLISH_FRACTION["tpe"] * 150)
     # a repeated trial was still told its configuration's values
     by_row: dict[int, tuple] = {}
     for t in complete:
@@ -245,8 +247,9 @@ def test_budget_is_exact_with_a_partial_last_batch(p65, memstore):
     assert len(states) == 50
 
 
-def test_trials_beyond_the_budget_are_failed_not_scored(p65, memstore):
-    # another worker already holds 8 of a 10-trial budget; this one asked 4: keep 2, fail 2
+def test_trials_beyond_the_budget_are_kept_apart_not_failed(p65, memstore):
+    # another worker already holds 8 of a 10-trial budget; this one asked 4: keep 2, and 2
+    # over budget (told uncounted by the loop, never left FAIL)
     problem, ctx, sp, valid = p65
     store = memstore
     study = osr.st.open_study(store, "w", optuna.samplers.RandomSampler(seed=0), {})
@@ -255,11 +258,10 @@ def test_trials_beyond_the_budget_are_failed_not_scored(p65, memstore):
         t.suggest_categorical("x", [1, 2])
         study.tell(t, [1.0, 1.0])
     mine = [(study.ask(), row) for row in range(4)]
-    kept = osr._within_budget(study, mine, trials=10)
-    assert [row for _, row in kept] == [0, 1]
+    kept, over = osr._within_budget(study, mine, trials=10)
+    assert [row for _, row in kept] == [0, 1] and [row for _, row in over] == [2, 3]
     states = {t.number: t.state for t in study.get_trials()}
-    assert states[10] == states[11] == optuna.trial.TrialState.FAIL
-    assert states[8] == states[9] == optuna.trial.TrialState.RUNNING
+    assert all(states[n] == optuna.trial.TrialState.RUNNING for n in (8, 9, 10, 11))
 
 
 def test_polish_candidates_are_unscored_neighbours_of_the_front(p65):

@@ -170,7 +170,8 @@ def test_paths_resolve_relative_to_the_study_file(tmp_path, monkeypatch):
     text = SMALL.replace("model: llama-7b", "model: models/tiny.yaml").replace(
         "cluster: {gpus: 8, gpu: a100-sxm-80gb, gpus_per_node: 8}", "cluster: clusters/one.yaml"
     ).replace("  tp: [1, 2, 4, 8]", "  tp: [1, 2, 4]").replace(
-        "constraints:", "storage: out/s.journal\nconstraints:")
+        "constraints:", "storage: out/s.journal\nconstraints:").replace(
+        "memory_limit_gib: 76", "memory_limit_gib: 36")  # within the A100-40GB's memory
     path = _write(sub, text)
     monkeypatch.chdir(tmp_path)  # somewhere else: paths must not resolve against the cwd
     study = load_study_file("project/study.yaml")
