@@ -550,7 +550,11 @@ def _hf_moe(data: Mapping[str, Any], model_type: str, field: str
                           qk_rope_head_dim=data.get("qk_rope_head_dim"),
                           v_head_dim=data.get("v_head_dim"))
         except InputError as e:
-            raise InputError(f"{field}.{e.field.rsplit('.', 1)[-1]}", e.message, e.hint) from None
+            sub = e.field.rsplit(".", 1)[-1]
+            raise InputError(f"{field}.kv_lora_rank" if sub != "kv_lora_rank" else
+                             f"{field}.{sub}", f"multi-head latent attention: {sub}: "
+                             f"{e.message}", "MLA needs kv_lora_rank, qk_nope_head_dim, "
+                             "qk_rope_head_dim and v_head_dim") from None
     if isinstance(experts, bool) or not isinstance(experts, int) or experts <= 1:
         return None, mla, extra
     L = data.get("num_hidden_layers")
