@@ -35,8 +35,8 @@ from typing import Any
 
 #: Kinds of dimension. INT: an integer column; CHOICE: an integer code into ``values`` (the
 #: vocabulary tuple; ``codes`` is its IntEnum); BOOL: a bool column; STRING: a free string in
-#: a grammar whose tokens are ``values`` (NCCL_ALGO / NCCL_PROTO), stored as a code into the
-#: batch's own ``<name>_table`` (per-batch, because values such as
+#: the dimension's own grammar (its ``parse`` and ``grammar``; NCCL_ALGO / NCCL_PROTO today),
+#: stored as a code into the batch's own ``<name>_table`` (per-batch, because values such as
 #: ``allreduce:tree;allgather:ring`` are open-ended).
 INT, CHOICE, BOOL, STRING = "int", "choice", "bool", "string"
 KINDS = (INT, CHOICE, BOOL, STRING)
@@ -83,7 +83,10 @@ class Dimension:
     never searched, sampled or given a flag. ``expand_rank``: the enumerator expands
     dimensions in ascending rank, so the ones that structural rules read come first.
     ``optuna=None`` makes a searched dimension its own Optuna parameter (draw order 100);
-    ``column=None`` gives it no column of its own in the front table.
+    ``column=None`` gives it no column of its own in the front table. A STRING dimension
+    brings its grammar: ``parse(value, field)`` returns the normalised value or raises
+    InputError naming ``field``; ``grammar`` says the valid values in words (CLI help, error
+    hints); ``values`` are then only the tokens it lists.
     """
 
     kind: str
@@ -98,6 +101,8 @@ class Dimension:
     expand_rank: int = 100
     optuna: OptunaParam | None = None
     column: Column | None = None
+    parse: Callable[[Any, str], Any] | None = None
+    grammar: str = ""
     name: str = ""
     #: left out of config and space documents (and so fingerprints) at its default, and its
     #: front-table column shown only when a point leaves the default: ``ep`` and ``etp``,
@@ -111,6 +116,8 @@ class Dimension:
                                     or [m.value for m in self.codes] != list(
                                         range(len(self.values)))):
             raise ValueError(f"{self.name or 'a CHOICE dimension'}: codes must number values")
+        if self.kind == STRING and (self.parse is None or not self.grammar):
+            raise ValueError(f"{self.name or 'a STRING dimension'} needs parse and grammar")
 
     @property
     def searched(self) -> bool:
@@ -192,9 +199,7 @@ class Dimension:
     def valid_text(self) -> str:
         """The valid values, as the CLI help and error hints say them."""
         if self.kind == STRING:
-            names = ", ".join(v for v in self.values if v != "auto")
-            return (f"auto, or {names} in NCCL's grammar (a,b  ^a  "
-                    f"allreduce:a;allgather:b)")
+            return self.grammar
         if self.kind == CHOICE:
             return ", ".join(self.values)
         if self.kind == BOOL:

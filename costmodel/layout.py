@@ -37,6 +37,7 @@ topology's business (:func:`costmodel.topology.layout_group_path`).
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -51,7 +52,8 @@ if TYPE_CHECKING:
 __all__ = [
     "AXES", "DEFAULT_ORDER", "DENSE_AXES", "EXPERT_AXES", "ORDER_TOKENS",
     "GroupGeometry", "Layout",
-    "group", "group_geometry", "group_of", "group_ranks", "parse_axes",
+    "group", "group_geometry", "group_of", "group_offsets", "group_ranks", "parse_axes",
+    "start_residues",
 ]
 
 #: Degrees a layout holds.
@@ -68,6 +70,8 @@ _DENSE_NAME = {"tp": "tp", "cp": "cp", "ep": None, "dp": "dp", "pp": "pp"}
 
 
 def _degree(name: str, value: object) -> int:
+    if type(value) is int and value >= 1:  # the common case, without the ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise InputError(f"parallel.{name}", f"must be an integer >= 1, got {value!r}")
     return int(value)
@@ -207,25 +211,61 @@ def _view_of(layout: Layout, axes: tuple[str, ...]) -> tuple[tuple[str, int], ..
 
 
 @functools.lru_cache(maxsize=4096)
+def _offsets_and_fixed(layout: Layout, axes: tuple[str, ...]
+                       ) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+    """Ranks of the group holding rank 0 (in group order) and the (size, stride) of every
+    axis the groups do not span (first fastest). Offsets ascend: each axis's stride exceeds
+    the span of the axes before it."""
+    offsets, stride = [0], 1
+    fixed: list[tuple[int, int]] = []
+    for axis, size in _view_of(layout, axes):
+        if axis in axes:  # first dimension fastest
+            offsets = [i + stride * k for k in range(size) for i in offsets]
+        else:
+            fixed.append((size, stride))
+        stride *= size
+    return tuple(offsets), tuple(fixed)
+
+
 def _offsets_and_starts(layout: Layout, axes: tuple[str, ...]
                         ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Ranks of the group holding rank 0 (in group order) and the lowest rank of every group
-    (in group-index order). Offsets ascend: each axis's stride exceeds the span of the axes
-    before it."""
-    view = _view_of(layout, axes)
-    masked: list[tuple[int, int]] = []
-    fixed: list[tuple[int, int]] = []
-    stride = 1
-    for axis, size in view:
-        (masked if axis in axes else fixed).append((size, stride))
-        stride *= size
-    out = []
-    for dims in (masked, fixed):
-        idx = [0]
-        for size, step in dims:  # first dimension fastest
-            idx = [i + step * k for k in range(size) for i in idx]
-        out.append(tuple(idx))
-    return out[0], out[1]
+    """:func:`_offsets_and_fixed`'s offsets and the lowest rank of every group (in
+    group-index order). Lists every group: for :func:`group_ranks` and clusters whose groups
+    are not translates of each other; :func:`start_residues` is what geometry needs."""
+    offsets, fixed = _offsets_and_fixed(layout, axes)
+    starts = [0]
+    for size, step in fixed:
+        starts = [i + step * k for k in range(size) for i in starts]
+    return offsets, tuple(starts)
+
+
+def group_offsets(layout: Layout, axes: tuple[str, ...]) -> tuple[int, ...]:
+    """Ranks of the group over ``axes`` (as :func:`parse_axes` returns them) holding rank 0;
+    every group is this one translated by its lowest rank."""
+    return _offsets_and_fixed(layout, axes)[0]
+
+
+@functools.lru_cache(maxsize=8192)
+def start_residues(layout: Layout, axes: tuple[str, ...], unit: int
+                   ) -> tuple[tuple[int, int], ...]:
+    """``(residue, start)`` for every residue modulo ``unit`` that the lowest rank of a group
+    over ``axes`` takes, ``start`` one such lowest rank; ascending by residue.
+
+    Computed without listing the groups (up to the world size of them): along a fixed axis of
+    stride ``s`` the residues repeat after ``unit / gcd(s, unit)`` steps, and there are at
+    most ``unit`` residues, so the work is bounded by ``unit`` times the number of axes."""
+    reps = {0: 0}
+    for size, step in _offsets_and_fixed(layout, axes)[1]:
+        if len(reps) == unit:  # every residue already taken: later axes add none
+            break
+        period = unit // math.gcd(step, unit)
+        grown: dict[int, int] = {}
+        for k in range(min(size, period)):
+            for start in reps.values():
+                s = start + step * k
+                grown.setdefault(s % unit, s)
+        reps = grown
+    return tuple(sorted(reps.items()))
 
 
 def group_ranks(layout: Layout, axes: str | tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
@@ -252,7 +292,7 @@ def group_of(layout: Layout, axes: str | tuple[str, ...], rank: int) -> tuple[in
         raise InputError("rank", f"must be an integer in 0..{layout.world_size - 1}, got "
                                  f"{rank!r}")
     names = parse_axes(axes)
-    offsets, _ = _offsets_and_starts(layout, names)
+    offsets = group_offsets(layout, names)
     start, stride = int(rank), 1
     for axis, size in _view_of(layout, names):  # drop the rank's coordinates on ``axes``
         if axis in names:
@@ -329,10 +369,10 @@ def group_geometry(gpus_per_host: int, gpus_per_domain: int, layout: Layout,
                    axes: tuple[str, ...]) -> GroupGeometry:
     """:func:`group` for hosts of ``gpus_per_host`` GPUs in domains of ``gpus_per_domain``
     (a multiple of it); ``axes`` as :func:`parse_axes` returns them. Memoised."""
-    offsets, starts = _offsets_and_starts(layout, axes)
+    offsets = group_offsets(layout, axes)
     # A group's translate by whole domains sits the same way on hosts and domains (a domain is
     # whole hosts), so one group per residue of its lowest rank modulo the domain is enough.
-    rows = sorted({s % gpus_per_domain for s in starts})
+    rows = [r for r, _ in start_residues(layout, axes, gpus_per_domain)]
     if len(rows) * len(offsets) > 4096:
         ranks = np.asarray(rows, dtype=np.int64)[:, None] + np.asarray(offsets)[None, :]
         hosts, per_host = _spans_np(ranks, gpus_per_host)
@@ -345,7 +385,7 @@ def group_geometry(gpus_per_host: int, gpus_per_domain: int, layout: Layout,
     n = len(offsets)
     steps = {b - a for a, b in zip(offsets, offsets[1:], strict=False)}
     stride = steps.pop() if len(steps) == 1 else (1 if n == 1 else 0)
-    return GroupGeometry(axes=axes, n_ranks=n, n_groups=len(starts), stride=stride,
+    return GroupGeometry(axes=axes, n_ranks=n, n_groups=layout.world_size // n, stride=stride,
                          hosts=hosts, ranks_per_host=per_host, domains=domains,
                          ranks_per_domain=per_domain)
 

@@ -78,31 +78,120 @@ _DOC_SUFFIXES = (".json", ".yaml", ".yml")
 
 # ==== documents =============================================================================
 _YAML_LOADER: Any = None
+_ROOT = object()  # the index of a document's root node (it has no name in its parent)
 
 
 def _yaml_loader() -> Any:
-    """A safe YAML loader (C-accelerated when available) that rejects duplicate keys."""
+    """A safe YAML loader (libyaml's parser when available) that rejects duplicate keys and
+    bounds the nesting while it composes (:class:`_DepthComposer`), in the one pass that
+    builds the document."""
     global _YAML_LOADER
     if _YAML_LOADER is None:
         import yaml
+        from yaml.composer import Composer
 
-        base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        class _DepthComposer(Composer):
+            """PyYAML's composer counting the open collections (and what an alias brings in)
+            against :data:`MAX_NESTING_DEPTH`. Deeper documents would make every later
+            ``repr`` or recursive walk hit Python's recursion limit, and libyaml's own
+            composer recurses in C (about 100,000 levels crash the process), so the composing
+            is done here, in Python, over libyaml's events. The error names the path of
+            keys/indices down to the offending level (its first four steps)."""
 
-        class _Loader(base):  # type: ignore[misc, valid-type]
-            def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-                seen: set[str] = set()
-                for key_node, _ in (node.value if isinstance(node, yaml.MappingNode) else ()):
-                    if isinstance(key_node, yaml.ScalarNode) and key_node.tag != \
-                            "tag:yaml.org,2002:merge":
-                        if key_node.value in seen:
-                            raise yaml.constructor.ConstructorError(
-                                None, None, f"duplicate key {key_node.value!r}",
-                                key_node.start_mark)
-                        seen.add(key_node.value)
-                return super().construct_mapping(node, deep=deep)
+            def compose_document(self) -> Any:
+                self._names: list[str] = []  # one per open collection
+                self._heights: dict[int, int] = {}  # id(anchored collection) -> its levels
+                self._deepest = 0  # deepest level reached inside the open collection
+                self._index: Any = None  # what the next collection is in its parent
+                return super().compose_document()
 
+            def compose_node(self, parent: Any, index: Any) -> Any:
+                if self.check_event(yaml.AliasEvent):
+                    mark = self.peek_event().start_mark
+                    node = super().compose_node(parent, index)
+                    if isinstance(node, yaml.CollectionNode):
+                        # an alias to an open collection (a cycle) nests without end
+                        reach = len(self._names) + self._heights.get(id(node),
+                                                                      MAX_NESTING_DEPTH + 1)
+                        if reach > MAX_NESTING_DEPTH:
+                            self._too_deep(mark, self._name(index), " through an alias")
+                        self._deepest = max(self._deepest, reach)
+                    return node
+                self._index = index if parent is not None else _ROOT
+                return super().compose_node(parent, index)
+
+            def compose_sequence_node(self, anchor: Any) -> Any:
+                saved = self._open()
+                return self._close(super().compose_sequence_node(anchor), anchor, saved)
+
+            def compose_mapping_node(self, anchor: Any) -> Any:
+                saved = self._open()
+                return self._close(super().compose_mapping_node(anchor), anchor, saved)
+
+            def _open(self) -> int:
+                self._names.append(self._name(self._index))
+                if len(self._names) > MAX_NESTING_DEPTH:
+                    self._too_deep(self.peek_event().start_mark)
+                saved, self._deepest = self._deepest, len(self._names)
+                return saved
+
+            def _close(self, node: Any, anchor: Any, saved: int) -> Any:
+                if anchor is not None:  # only anchored collections can be aliased
+                    self._heights[id(node)] = self._deepest - len(self._names) + 1
+                self._deepest = max(saved, self._deepest)
+                self._names.pop()
+                return node
+
+            @staticmethod
+            def _name(index: Any) -> str:
+                if index is _ROOT:
+                    return ""
+                if isinstance(index, int):
+                    return f"[{index}]"
+                if isinstance(index, yaml.ScalarNode):
+                    return f".{index.value}"
+                return ".?"  # a mapping key, or the value of a complex key
+
+            def _too_deep(self, mark: Any, extra: str = "", how: str = "") -> None:
+                path = self._field + "".join(self._names[1:5]) + \
+                    (extra if len(self._names) < 5 else "")
+                raise InputError(path, f"{self._source}: nested more than "
+                                       f"{MAX_NESTING_DEPTH} levels deep{how} (line "
+                                       f"{mark.line + 1} column {mark.column + 1})")
+
+        def construct_mapping(self: Any, node: Any, deep: bool = False) -> Any:
+            seen: set[str] = set()
+            for key_node, _ in (node.value if isinstance(node, yaml.MappingNode) else ()):
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != \
+                        "tag:yaml.org,2002:merge":
+                    if key_node.value in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"duplicate key {key_node.value!r}",
+                            key_node.start_mark)
+                    seen.add(key_node.value)
+            return yaml.constructor.SafeConstructor.construct_mapping(self, node, deep=deep)
+
+        if hasattr(yaml, "CSafeLoader"):  # libyaml's events; the composer above comes first
+            class _Loader(_DepthComposer, yaml.CSafeLoader):  # in the MRO, before CParser's
+                def __init__(self, stream: Any) -> None:
+                    yaml.CSafeLoader.__init__(self, stream)
+                    Composer.__init__(self)
+        else:  # pragma: no cover - PyYAML without libyaml
+            class _Loader(_DepthComposer, yaml.SafeLoader):  # type: ignore[no-redef]
+                pass
+
+        _Loader.construct_mapping = construct_mapping  # type: ignore[method-assign]
         _YAML_LOADER = safe_io.strict_yaml_loader(_Loader)
     return _YAML_LOADER
+
+
+def _load_yaml(yaml: Any, text: str, field: str, source: str) -> Any:
+    loader = _yaml_loader()(text)
+    loader._field, loader._source = field, source
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 class _DuplicateKey(Exception):
@@ -127,7 +216,8 @@ def parse_document(text: str, *, field: str, source: str = "<input>",
     limit) but would make every later ``repr`` or recursive check hit Python's recursion
     limit."""
     doc = _parse(text, field=field, source=source, json_only=json_only)
-    check_nesting(field, doc)
+    if json_only:  # YAML: bounded while composing (_yaml_loader), aliases included
+        check_nesting(field, doc)
     return doc
 
 
@@ -150,8 +240,7 @@ def _parse(text: str, *, field: str, source: str, json_only: bool) -> Any:
     import yaml
 
     try:
-        _check_yaml_nesting(yaml, text, field, source)
-        return yaml.load(text, Loader=_yaml_loader())  # a SafeLoader subclass
+        return _load_yaml(yaml, text, field, source)  # safe: SafeConstructor, one pass
     except InputError:
         raise
     except yaml.MarkedYAMLError as e:
@@ -167,49 +256,6 @@ def _parse(text: str, *, field: str, source: str, json_only: bool) -> Any:
         # they cannot convert (`!!timestamp x`, `!!float name`, `!!int ''`, `!!bool x`)
         raise InputError(field, f"{source}: invalid YAML: cannot read a tagged value "
                                 f"({type(e).__name__}: {e})") from None
-
-
-def _check_yaml_nesting(yaml: Any, text: str, field: str, source: str) -> None:
-    """Bound the nesting from the event stream before anything is built: libyaml's parser is
-    iterative, but PyYAML's composer recurses once per level (in C for the C loader, where
-    ~100,000 levels overflow the stack and crash the process; in Python otherwise). The error
-    names the path of keys/indices down to the offending level (its first four steps)."""
-    # one frame per open collection: [is_mapping, expecting_a_key, next_index, key, name]
-    stack: list[list[Any]] = []
-
-    def step() -> str:  # the name of the value that starts now, in its parent
-        if not stack:
-            return ""
-        top = stack[-1]
-        if top[0]:
-            top[1] = True  # a value follows its key; the next node is a key again
-            return f".{top[3]}"
-        top[2] += 1
-        return f"[{top[2] - 1}]"
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    for event in yaml.parse(text, Loader=loader):
-        if isinstance(event, yaml.CollectionEndEvent):
-            stack.pop()
-            continue
-        if not isinstance(event, yaml.NodeEvent):
-            continue
-        if stack and stack[-1][0] and stack[-1][1]:  # a mapping key
-            stack[-1][1] = False
-            stack[-1][3] = getattr(event, "value", "?")  # a complex key is not named
-            if not isinstance(event, yaml.CollectionStartEvent):
-                continue
-            name = ".?"
-        else:
-            name = step()
-        if isinstance(event, yaml.CollectionStartEvent):
-            stack.append([isinstance(event, yaml.MappingStartEvent), True, 0, "", name])
-            if len(stack) > MAX_NESTING_DEPTH:
-                path = field + "".join(f[4] for f in stack[1:5])
-                mark = event.start_mark
-                raise InputError(path, f"{source}: nested more than {MAX_NESTING_DEPTH} "
-                                       f"levels deep (line {mark.line + 1} column "
-                                       f"{mark.column + 1})")
 
 
 class _NotJsonNumber(Exception):

@@ -11,13 +11,17 @@ ecosystem.md section 2.5)::
   NVLSTree, PAT``, protocols ``LL, LL128, Simple``. ``CollNet`` (the single CollNet of NCCL
   2.5-2.13) is accepted and means both CollNet variants.
 * An entry sets the whole list of the collectives it applies to: the listed names, or with
-  ``^`` everything but them (``allreduce:^`` enables everything for AllReduce). Only the
-  entry at the very start of the value may omit the collective; it applies to every
-  collective, and later entries replace it for the collectives they name.
-* Empty entries and empty list items are skipped, as NCCL's ``strtok`` skips them.
+  ``^`` everything but them. Only the entry at the very start of the value may omit the
+  collective; it applies to every collective, and later entries replace it for the
+  collectives they name.
+* paraplan is stricter than NCCL where a value would mean nothing (changelog-cost-model.md,
+  grammar 2): empty entries (``ring;``), empty list items (``ring,,tree``) and empty lists
+  (``^``, ``allreduce:``, ``allreduce:^``) are errors, where NCCL's ``strtok`` silently skips
+  them; collectives are NCCL's own names only (no ``bcast``).
 * paraplan's own conventions on top: the whole value ``auto`` means "not set" (NCCL's own
-  choice); surrounding spaces are ignored; naming one collective twice is an error (NCCL
-  silently keeps the last one, which hides typos).
+  choice), and ``collective:auto`` leaves that one collective to NCCL (rendered as NCCL's
+  ``collective:^``); surrounding spaces are ignored; naming one collective twice is an error
+  (NCCL silently keeps the last one, which hides typos).
 
 Unknown names and collectives raise :class:`~costmodel.errors.InputError` naming the field
 (``nccl_algo`` / ``nccl_proto`` unless the caller passes its own), with a did-you-mean hint.
@@ -32,7 +36,7 @@ rules read as data.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
 
@@ -53,8 +57,7 @@ COLLECTIVES: tuple[str, ...] = ("broadcast", "reduce", "allgather", "reducescatt
 
 _ALIASES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "collnet": ("collnetdirect", "collnetchain")})
-_COLLECTIVE_ALIASES: Mapping[str, str] = MappingProxyType({
-    **{c: c for c in COLLECTIVES}, "bcast": "broadcast"})
+_COLLECTIVE_ALIASES: Mapping[str, str] = MappingProxyType({c: c for c in COLLECTIVES})
 
 _SIMPLE = ("simple",)
 _ALL_PROTOCOLS = PROTOCOLS
@@ -123,11 +126,15 @@ def candidate_pairs(collective: str) -> tuple[tuple[str, str], ...]:
 @dataclass(frozen=True)
 class NcclEntry:
     """One entry of a value: ``collective`` None for the leading entry that applies to all
-    collectives; ``names`` as written (canonical, aliases expanded); ``exclude`` for ``^``."""
+    collectives; ``names`` canonical (aliases expanded); ``exclude`` for ``^`` (``exclude``
+    with no names: ``collective:auto``). ``written``: the names as the value spells them
+    (lower case, aliases kept: ``collnet``), for renderers such as the launch flags; not
+    part of equality."""
 
     collective: str | None
     exclude: bool
     names: tuple[str, ...]
+    written: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -193,13 +200,20 @@ def _collective(field: str, text: str, value: str) -> str:
 
 
 def _names(field: str, body: str, universe: tuple[str, ...], value: str,
-           where: str) -> tuple[bool, tuple[str, ...]]:
+           where: str) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
+    """(exclude, canonical names, names as written) of one entry's list."""
+    if body.lower() == "auto" and where:  # collective:auto: that collective is NCCL's choice
+        return True, (), ()
     exclude = body.startswith("^")
     items = [s.strip().lower() for s in (body[1:] if exclude else body).split(",")]
-    items = [s for s in items if s]
-    if not items and not exclude:
+    if items == [""]:
         raise InputError(field, f"empty list {where}in {value!r}",
-                         f"name one of {', '.join(universe)}, or '^' for all")
+                         f"name one of {', '.join(universe)}"
+                         + (f", or '{where[4:-1]}:auto' to leave it to NCCL" if where else
+                            ", or 'auto' for NCCL's own choice"))
+    if "" in items:
+        raise InputError(field, f"empty list item {where}in {value!r}",
+                         "separate names with single commas")
     out: list[str] = []
     for name in items:
         expanded = _ALIASES.get(name, (name,)) if universe is ALGORITHMS else (name,)
@@ -208,18 +222,18 @@ def _names(field: str, body: str, universe: tuple[str, ...], value: str,
                 hint = did_you_mean(name, (*universe, *(_ALIASES if universe is ALGORITHMS
                                                         else ())))
                 if name == "auto":
-                    hint = "'auto' stands alone; 'collective:^' leaves one collective to NCCL"
+                    hint = "'auto' stands alone, or as 'collective:auto' for one collective"
                 raise InputError(field, f"unknown token {name!r} in {value!r}", hint)
             if n not in out:
                 out.append(n)
-    return exclude, tuple(out)
+    return exclude, tuple(out), tuple(dict.fromkeys(items))
 
 
-@lru_cache(maxsize=1024)
 def parse_nccl_setting(value: str, kind: str, field: str | None = None) -> NcclSetting:
     """Parse an ``NCCL_ALGO`` (``kind='algo'``) or ``NCCL_PROTO`` (``kind='proto'``) value
     with the grammar of the module docstring. ``field`` names the input in errors (default
-    ``nccl_algo`` / ``nccl_proto``).
+    ``nccl_algo`` / ``nccl_proto``). The argument types are checked here, before the cache
+    (an unhashable ``value`` is an InputError, not a TypeError).
 
     >>> s = parse_nccl_setting("ring,tree;allreduce:^tree;broadcast:ring", "algo")
     >>> s.enabled("allgather"), s.enabled("broadcast")
@@ -229,34 +243,38 @@ def parse_nccl_setting(value: str, kind: str, field: str | None = None) -> NcclS
     """
     if kind not in ("algo", "proto"):
         raise InputError("kind", f"must be 'algo' or 'proto', got {kind!r}")
-    fld = field or f"nccl_{kind}"
-    universe = ALGORITHMS if kind == "algo" else PROTOCOLS
+    fld = field if isinstance(field, str) and field else f"nccl_{kind}"
     if not isinstance(value, str) or not value.strip():
         raise InputError(fld, f"must be a non-empty string, got {value!r}",
                          "use 'auto' for NCCL's own choice")
+    return _parse_cached(value, kind, fld)
+
+
+@lru_cache(maxsize=1024)
+def _parse_cached(value: str, kind: str, fld: str) -> NcclSetting:
+    universe = ALGORITHMS if kind == "algo" else PROTOCOLS
     if value.strip().lower() == "auto":
         return NcclSetting(kind, ())
+    if not value.replace(";", "").strip():
+        raise InputError(fld, f"empty value {value!r}", "use 'auto' for NCCL's own choice")
     entries: list[NcclEntry] = []
-    offset = 0
-    for raw in value.split(";"):
-        at, offset = offset, offset + len(raw) + 1
+    for i, raw in enumerate(value.split(";")):
         if not raw.strip():
-            continue
+            raise InputError(fld, f"empty entry in {value!r}",
+                             "separate entries with single ';', none at the end")
         coll: str | None = None
         body = raw
         if ":" in raw:
             head, body = raw.split(":", 1)
             coll = _collective(fld, head, value)
-        elif value[:at].strip():  # NCCL: "All substrings except the first must contain a prefix"
+        elif i:  # NCCL: "All substrings except the first must contain a prefix"
             raise InputError(fld, f"entry {raw.strip()!r} of {value!r} names no collective, "
                                   "so the list for all collectives would be given twice",
                              "only the first entry may omit 'collective:'")
         if any(e.collective == coll for e in entries):
             raise InputError(fld, f"{coll or 'the list for all collectives'} is given twice "
                                   f"in {value!r}")
-        exclude, names = _names(fld, body.strip(), universe, value,
-                                f"for {coll} " if coll else "")
-        entries.append(NcclEntry(coll, exclude, names))
-    if not entries:
-        raise InputError(fld, f"empty value {value!r}", "use 'auto' for NCCL's own choice")
+        exclude, names, written = _names(fld, body.strip(), universe, value,
+                                         f"for {coll} " if coll else "")
+        entries.append(NcclEntry(coll, exclude, names, written))
     return NcclSetting(kind, tuple(entries))

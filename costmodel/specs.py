@@ -36,6 +36,7 @@ from costmodel.dimensions import (
     yes_dash,
 )
 from costmodel.errors import InputError, did_you_mean
+from costmodel.nccl_grammar import parse_nccl_setting
 
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
@@ -70,6 +71,24 @@ class Schedule(IntEnum):
 
 NCCL_ALGOS: tuple[str, ...] = ("auto", "ring", "tree", "nvls", "nvlstree", "collnet", "pat")
 NCCL_PROTOS: tuple[str, ...] = ("auto", "simple", "ll", "ll128")
+
+
+def nccl_algo_value(value: Any, field: str) -> str:
+    """An ``NCCL_ALGO`` value checked by :mod:`costmodel.nccl_grammar` (InputError naming
+    ``field``), normalised (stripped, lower case): the ``parse`` of ``nccl_algo``."""
+    parse_nccl_setting(value, "algo", field)
+    return value.strip().lower()
+
+
+def nccl_proto_value(value: Any, field: str) -> str:
+    """The same for ``NCCL_PROTO`` (``nccl_proto``)."""
+    parse_nccl_setting(value, "proto", field)
+    return value.strip().lower()
+
+
+def _nccl_grammar_text(tokens: tuple[str, ...]) -> str:
+    names = ", ".join(v for v in tokens if v != "auto")
+    return f"auto, or {names} in NCCL's grammar (a,b  ^a  allreduce:a;allgather:b)"
 INTRA_FABRICS: tuple[str, ...] = ("nvswitch", "nvlink", "pcie")
 INTER_FABRICS: tuple[str, ...] = ("infiniband", "roce", "ethernet", "none")
 # Training frameworks whose runtime behaviour the model distinguishes (calibration.FRAMEWORKS):
@@ -687,10 +706,12 @@ class ParallelConfig:
                               space_default=(1, 2, 4), expand_rank=5,
                               optuna=OptunaParam("schedule", 5))
     nccl_algo: str = dim(STRING, "auto", "the NCCL_ALGO setting", values=NCCL_ALGOS,
+                         parse=nccl_algo_value, grammar=_nccl_grammar_text(NCCL_ALGOS),
                          expand_rank=8, optuna=OptunaParam("nccl_algo", 7),
                          column=Column("NCCL", 100, nccl_label, left=True))
-    nccl_proto: str = dim(STRING, "auto", "the NCCL_PROTO setting",
-                          values=NCCL_PROTOS, expand_rank=9, optuna=OptunaParam("nccl_proto", 8))
+    nccl_proto: str = dim(STRING, "auto", "the NCCL_PROTO setting", values=NCCL_PROTOS,
+                          parse=nccl_proto_value, grammar=_nccl_grammar_text(NCCL_PROTOS),
+                          expand_rank=9, optuna=OptunaParam("nccl_proto", 8))
     # MoE layers' expert grid (Megatron-Core MoE parallel folding: the expert view of
     # costmodel.layout, edp = world / (etp * ep * pp)); members of the joint layout parameter
     ep: int = dim(INT, 1, "expert-parallel size (MoE layers)", space_default=default_ep,
@@ -740,9 +761,7 @@ def _check_dimension(d: Dimension, value: Any) -> Any:
         return _choice(s, d.name, value, d.values)
     if d.kind == BOOL:
         return _bool(s, d.name, value)
-    if not isinstance(value, str) or not value:  # STRING: the grammar is checked by the rules
-        raise InputError(f"{s}.{d.name}", f"must be a string, got {value!r}")
-    return value.lower()
+    return d.parse(value, f"{s}.{d.name}")  # STRING: the dimension's own grammar
 
 
 #: The dimensions of a parallel configuration, in field order.

@@ -99,7 +99,15 @@ from typing import Any
 import networkx as nx
 
 from costmodel.errors import InputError, check_nesting, did_you_mean
-from costmodel.layout import Layout, _offsets_and_starts, group_geometry, parse_axes
+from costmodel.layout import (
+    Layout,
+    _offsets_and_starts,
+    group_geometry,
+    group_of,
+    group_offsets,
+    parse_axes,
+    start_residues,
+)
 from costmodel.specs import ClusterSpec, GPUSpec, InterNodeSpec, IntraNodeSpec
 
 __all__ = [
@@ -206,7 +214,8 @@ def _check_rank(rank: int, world: int) -> None:
 
 def rank_of(tp_idx: int, dp_idx: int, pp_idx: int, tp: int, dp: int) -> int:
     """Global rank of a (tp, dp, pp) coordinate: ``tp_idx + tp * (dp_idx + dp * pp_idx)``
-    (Megatron-LM ``parallel_state`` order, TP fastest)."""
+    (Megatron-LM ``parallel_state`` order, TP fastest: :class:`costmodel.layout.Layout`'s
+    default order with cp = ep = 1; groups of other axes: :func:`costmodel.layout.group_of`)."""
     return tp_idx + tp * (dp_idx + dp * pp_idx)
 
 
@@ -222,37 +231,31 @@ def rank_location(rank: int, gpus_per_node: int) -> tuple[int, int]:
     return divmod(rank, gpus_per_node)
 
 
+def _dense(tp: int, pp: int, dp: int) -> Layout:
+    return Layout(tp=tp, dp=dp, pp=pp)  # InputError parallel.<axis> for a bad degree
+
+
 def tp_group(rank: int, tp: int, pp: int, dp: int) -> list[int]:
-    """Ranks of the tensor-parallel group holding ``rank`` (consecutive ranks)."""
-    _check_layout(tp, pp, dp)
-    _check_rank(rank, tp * pp * dp)
-    start = rank - rank % tp
-    return list(range(start, start + tp))
+    """Ranks of the tensor-parallel group holding ``rank`` (consecutive ranks):
+    :func:`costmodel.layout.group_of` on the (tp, dp, pp) layout."""
+    return list(group_of(_dense(tp, pp, dp), ("tp",), rank))
 
 
 def dp_group(rank: int, tp: int, pp: int, dp: int) -> list[int]:
     """Ranks of the data-parallel group holding ``rank`` (stride ``tp``)."""
-    _check_layout(tp, pp, dp)
-    _check_rank(rank, tp * pp * dp)
-    t, _, p = rank_coords(rank, tp, dp)
-    return [rank_of(t, d, p, tp, dp) for d in range(dp)]
+    return list(group_of(_dense(tp, pp, dp), ("dp",), rank))
 
 
 def pp_group(rank: int, tp: int, pp: int, dp: int) -> list[int]:
     """Ranks of the pipeline holding ``rank``, first stage first (stride ``tp * dp``)."""
-    _check_layout(tp, pp, dp)
-    _check_rank(rank, tp * pp * dp)
-    t, d, _ = rank_coords(rank, tp, dp)
-    return [rank_of(t, d, p, tp, dp) for p in range(pp)]
+    return list(group_of(_dense(tp, pp, dp), ("pp",), rank))
 
 
 def pp_neighbours(rank: int, tp: int, pp: int, dp: int) -> list[int]:
     """The previous and next pipeline stage's rank (those that exist; no wrap-around)."""
-    _check_layout(tp, pp, dp)
-    _check_rank(rank, tp * pp * dp)
-    step = tp * dp
-    _, _, p = rank_coords(rank, tp, dp)
-    return [r for r, ok in ((rank - step, p > 0), (rank + step, p < pp - 1)) if ok]
+    stages = pp_group(rank, tp, pp, dp)
+    i = stages.index(rank)
+    return stages[max(i - 1, 0):i] + stages[i + 1:i + 2]
 
 
 # ============================================================================================
@@ -972,45 +975,41 @@ def _score(engine: _Engine, ranks: Sequence[int], acc: _Worst, *, ring: bool) ->
     acc.bw, acc.lat, acc.rank = bw, lat, rank
 
 
-def _starts(engine: _Engine, candidates: Any) -> list[int]:
-    """Group start ranks to score: all, or one per start offset within a node when the
-    cluster is symmetric (groups one whole node apart score the same)."""
-    if not engine.symmetric:
-        return list(candidates)
-    g, out, seen = engine.g, [], set()
-    for s in candidates:
-        if s % g not in seen:
-            seen.add(s % g)
-            out.append(s)
-            if len(seen) == g:
-                break
-    return out
-
-
 def _check_world(engine: _Engine, layout: Layout) -> None:
     if layout.world_size > engine.g * engine.num_nodes:
-        raise InputError("parallel", f"tp*pp*dp = {layout.tp}*{layout.pp}*{layout.dp} = "
-                                     f"{layout.world_size} exceeds the cluster's "
-                                     f"{engine.g * engine.num_nodes} GPUs")
+        raise InputError("parallel", f"the layout's {layout.world_size} ranks exceed the "
+                                     f"cluster's {engine.g * engine.num_nodes} GPUs")
 
 
 def _group_path(engine: _Engine, domain_gpus: int, layout: Layout, axes: tuple[str, ...],
                 p2p: bool) -> GroupPath:
     """Worst hop over the groups of ``axes`` (one group per start offset within a node on a
     symmetric cluster: groups are translates of each other, see :mod:`costmodel.layout`)."""
-    geo = group_geometry(engine.g, domain_gpus, layout, axes)
-    offsets, starts = _offsets_and_starts(layout, axes)
+    offsets = group_offsets(layout, axes)
+    if len(offsets) == 1:  # one rank: no link, and one host and domain
+        return GroupPath(n_ranks=1, n_nodes=1, ranks_per_node=1, crosses_nodes=False,
+                         bottleneck_bandwidth_bytes_per_s=_INF, latency_s=0.0, link="local",
+                         n_domains=1, ranks_per_domain=1, crosses_domains=False)
+    if engine.symmetric:  # groups whole hosts apart score the same: one per host residue
+        starts: Any = (s for _, s in start_residues(layout, axes, engine.g))
+    else:
+        starts = _offsets_and_starts(layout, axes)[1]
     acc = _Worst()
-    for s in _starts(engine, starts):
+    for s in starts:
         _score(engine, [s + o for o in offsets], acc, ring=not p2p)
-    n = geo.n_ranks
-    return GroupPath(n_ranks=n, n_nodes=geo.hosts, ranks_per_node=geo.ranks_per_host,
-                     crosses_nodes=geo.crosses_hosts,
+    n = len(offsets)
+    if domain_gpus == engine.g:  # a domain is a host: the scored groups counted them
+        domains, per_domain = acc.n_nodes, acc.rpn
+    else:
+        geo = group_geometry(engine.g, domain_gpus, layout, axes)
+        domains, per_domain = geo.domains, geo.ranks_per_domain
+    return GroupPath(n_ranks=n, n_nodes=acc.n_nodes, ranks_per_node=acc.rpn,
+                     crosses_nodes=acc.n_nodes > 1,
                      bottleneck_bandwidth_bytes_per_s=acc.bw if n > 1 else _INF,
                      latency_s=acc.lat if n > 1 else 0.0,
                      link=LINK_TYPES[acc.rank] if n > 1 else "local",
-                     n_domains=geo.domains, ranks_per_domain=geo.ranks_per_domain,
-                     crosses_domains=geo.crosses_domains)
+                     n_domains=domains, ranks_per_domain=per_domain,
+                     crosses_domains=domains > 1)
 
 
 @functools.lru_cache(maxsize=8192)

@@ -246,10 +246,6 @@ def evaluate(run: Any, *, memory_limit_gib: float | None = None,
         raise InputError(f"parallel ({rule})", reason,
                          "fix the parallel section; `optimize --model ... --gpus ...` lists "
                          "valid layouts")
-    from optimizer.search.base import NCCL_DIMS, check_nccl_value
-
-    for dim in NCCL_DIMS:  # the scoring parser's errors, named as the run file's fields
-        check_nccl_value(getattr(r.parallel, dim), dim, f"parallel.{dim}")
     batch = ConfigBatch.from_configs([r.parallel])
     scores = score(problem.model, problem.cluster, problem.training, batch)
     cand = candidates_from(problem, batch, scores, [0])[0]

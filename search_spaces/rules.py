@@ -19,10 +19,9 @@ import numpy as np
 
 from costmodel.batch import ConfigBatch
 from costmodel.errors import InputError
+from costmodel.nccl_grammar import COLLECTIVES, candidate_pairs, parse_nccl_setting
 from costmodel.schedule import stage_layers
 from costmodel.specs import (
-    NCCL_ALGOS,
-    NCCL_PROTOS,
     PARALLEL_DIMENSIONS,
     PRECISIONS,
     ClusterSpec,
@@ -32,11 +31,7 @@ from costmodel.specs import (
     Schedule,
     TrainingSpec,
 )
-from search_spaces.space import (
-    NcclEntry,
-    batch_from_choices,
-    parse_nccl,
-)
+from search_spaces.space import batch_from_choices
 
 
 @dataclass(frozen=True)
@@ -201,19 +196,8 @@ def _zero_needs_dp(ctx: Context, b: ConfigBatch) -> np.ndarray:
 
 # --------------------------------------------------------------------------------------------
 # NCCL algorithm / protocol gates (ecosystem.md section 2.5; nccl.md sections 2, 4.2, 5)
-#: Which algorithms can run each collective (NCCL's own names map onto these codes:
-#: CollNetDirect and CollNetChain are "collnet").
-CAPABLE_ALGOS: Mapping[str, frozenset[str]] = {
-    "allreduce": frozenset({"tree", "ring", "collnet", "nvls", "nvlstree"}),
-    "allgather": frozenset({"ring", "pat", "nvls", "collnet"}),
-    "reducescatter": frozenset({"ring", "pat", "nvls", "collnet"}),
-    "broadcast": frozenset({"ring"}),
-    "reduce": frozenset({"ring"}),
-}
-#: Algorithms that run only the Simple protocol.
-SIMPLE_ONLY_ALGOS: frozenset[str] = frozenset({"collnet", "nvls", "nvlstree", "pat"})
-_ALGO_NAMES = frozenset(a for a in NCCL_ALGOS if a != "auto")
-_PROTO_NAMES = frozenset(p for p in NCCL_PROTOS if p != "auto")
+# What each collective can run is NCCL's capability table (costmodel.nccl_grammar.CAPABILITIES,
+# read through candidate_pairs); names are NCCL's (paraplan's "collnet" is both CollNet variants).
 
 
 def available_algos(ctx: Context) -> frozenset[str]:
@@ -234,7 +218,7 @@ def available_algos(ctx: Context) -> frozenset[str]:
     if c.gpus_per_node == 1 and sm >= 60:
         out.add("pat")
     if ctx.allow_collnet:
-        out.add("collnet")
+        out.update(("collnetdirect", "collnetchain"))
     return frozenset(out)
 
 
@@ -247,17 +231,6 @@ def available_protos(ctx: Context) -> frozenset[str]:
     if c.intra_node.fabric != "pcie" and c.gpu.compute_capability >= 70:
         out.add("ll128")
     return frozenset(out)
-
-
-def _allowed(entries: tuple[NcclEntry, ...], collective: str, universe: frozenset[str]
-             ) -> frozenset[str]:
-    """The set one NCCL_ALGO/NCCL_PROTO value allows for ``collective`` (all when not forced)."""
-    chosen = next((e for e in entries if e.collective == collective), None)
-    if chosen is None:
-        chosen = next((e for e in entries if e.collective is None), None)
-    if chosen is None:
-        return universe
-    return universe - set(chosen.names) if chosen.exclude else frozenset(chosen.names)
 
 
 def used_collectives(tp: int, sequence_parallel: bool, zero_stage: int) -> tuple[str, ...]:
@@ -281,25 +254,25 @@ def nccl_problem(ctx: Context, algo: str, proto: str, collectives: Sequence[str]
     inside the forced lists, among the algorithms this cluster enables.
     """
     try:
-        algo_entries = parse_nccl(algo, NCCL_ALGOS, "parallel.nccl_algo")
-        proto_entries = parse_nccl(proto, NCCL_PROTOS, "parallel.nccl_proto")
+        algos_set = parse_nccl_setting(algo, "algo", "parallel.nccl_algo")
+        protos_set = parse_nccl_setting(proto, "proto", "parallel.nccl_proto")
     except InputError as err:
         return str(err)
     algos_here = available_algos(ctx)
     protos_here = available_protos(ctx)
-    named_protos = {n for e in proto_entries if not e.exclude for n in e.names}
-    if "ll128" in named_protos and "ll128" not in protos_here:
+    if "ll128" not in protos_here and any("ll128" in protos_set.named(c) for c in COLLECTIVES):
         return ("nccl_proto names ll128, which this cluster does not support (PCIe-only "
                 "intra-node fabric or sm < 70)")
     for coll in collectives:
-        algos = _allowed(algo_entries, coll, _ALGO_NAMES) & CAPABLE_ALGOS[coll]
+        pairs = candidate_pairs(coll)
+        algos = set(algos_set.enabled(coll)) & {a for a, _ in pairs}
         runnable = algos & algos_here
         if not runnable:
             return (f"nccl_algo {algo!r} leaves no algorithm that can run {coll} on this "
                     f"cluster (allowed for {coll}: {sorted(algos) or 'none'}; enabled here: "
                     f"{sorted(algos_here)})")
-        protos = _allowed(proto_entries, coll, _PROTO_NAMES) & protos_here
-        if not any(p == "simple" or a not in SIMPLE_ONLY_ALGOS for a in runnable for p in protos):
+        protos = set(protos_set.enabled(coll)) & protos_here
+        if not any((a, p) in pairs for a in runnable for p in protos):
             return (f"nccl_proto {proto!r} leaves no protocol for {coll} with algorithms "
                     f"{sorted(runnable)} (NVLS, NVLSTree, CollNet and PAT run Simple only)")
     return None

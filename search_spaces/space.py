@@ -11,7 +11,7 @@ rules of :mod:`search_spaces.rules` instead of by changing the lists.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, make_dataclass, replace
+from dataclasses import field, fields, make_dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -26,7 +26,7 @@ from costmodel.dimensions import (
     searched,
 )
 from costmodel.errors import InputError, did_you_mean
-from costmodel.nccl_grammar import parse_nccl_setting
+from costmodel.nccl_grammar import ALGORITHMS, PROTOCOLS, NcclEntry, parse_nccl_setting
 from costmodel.specs import (
     DIMENSIONS_BY_NAME,
     PARALLEL_DIMENSIONS,
@@ -42,70 +42,41 @@ SEARCH_DIMENSIONS: tuple[Dimension, ...] = searched(PARALLEL_DIMENSIONS)
 DIMENSIONS: tuple[str, ...] = tuple(d.name for d in SEARCH_DIMENSIONS)
 ZERO_STAGES: tuple[int, ...] = tuple(range(DIMENSIONS_BY_NAME["zero_stage"].minimum,
                                            DIMENSIONS_BY_NAME["zero_stage"].maximum + 1))
-#: Collective names accepted as per-collective prefixes in NCCL_ALGO / NCCL_PROTO (NCCL 2.24+).
-NCCL_COLLECTIVES: tuple[str, ...] = ("allreduce", "allgather", "reducescatter", "broadcast",
-                                     "reduce")
 
 
 # --------------------------------------------------------------------------------------------
-# NCCL_ALGO / NCCL_PROTO strings
-@dataclass(frozen=True)
-class NcclEntry:
-    """One ``;``-separated entry of an NCCL_ALGO/NCCL_PROTO value (ecosystem.md section 2.5).
+# NCCL_ALGO / NCCL_PROTO strings: costmodel.nccl_grammar is the one parser
+_KIND_NAMES = {"algo": frozenset(ALGORITHMS) | {"collnet"}, "proto": frozenset(PROTOCOLS)}
 
-    ``collective`` is None for the entry that applies to every collective; ``exclude`` is True
-    for a ``^``-list (everything but ``names``).
+
+def parse_nccl(value: str, kind: str | Sequence[str], field: str) -> tuple[NcclEntry, ...]:
+    """The entries of an ``NCCL_ALGO`` (``kind='algo'``) / ``NCCL_PROTO`` (``'proto'``) value,
+    parsed by :func:`costmodel.nccl_grammar.parse_nccl_setting` (InputError naming ``field``);
+    ``()`` for ``auto``. Each entry's ``names`` are the names as written (``collnet`` stays
+    ``collnet``; ``collective:auto`` is an ``exclude`` entry with no names).
+
+    Deprecated form, kept for ``optimizer.launch.flags``: ``kind`` may be the vocabulary the
+    caller maps names from (``(*names, "auto")``). The kind is then inferred from it, and
+    explicitly: every name must be an NCCL protocol (``proto``) or every name an NCCL
+    algorithm or ``collnet`` (``algo``), else ValueError; a name of the value outside the
+    vocabulary is an InputError. New code passes ``kind``.
     """
-
-    collective: str | None
-    exclude: bool
-    names: tuple[str, ...]
-
-
-def parse_nccl(value: str, vocabulary: Sequence[str], field: str) -> tuple[NcclEntry, ...]:
-    """Parse ``auto``, ``ring``, ``ring,tree``, ``^ll128`` or per-collective forms such as
-    ``allreduce:tree;allgather:ring`` into entries; ``auto`` alone gives ``()`` (nothing forced).
-
-    Raises InputError naming ``field`` for unknown tokens or collectives.
-    """
-    if not isinstance(value, str) or not value.strip():
-        raise InputError(field, f"must be a non-empty string, got {value!r}",
-                         did_you_mean(str(value), vocabulary))
-    text = value.strip().lower()
-    if text == "auto":
-        return ()
-    entries: list[NcclEntry] = []
-    seen: set[str | None] = set()
-    for raw in text.split(";"):
-        raw = raw.strip()
-        if not raw:
-            continue
-        collective: str | None = None
-        if ":" in raw:
-            collective, raw = (s.strip() for s in raw.split(":", 1))
-            if collective not in NCCL_COLLECTIVES:
-                raise InputError(field, f"unknown collective {collective!r} in {value!r}",
-                                 did_you_mean(collective, NCCL_COLLECTIVES))
-        if collective in seen:
-            raise InputError(field, f"{collective or 'the default entry'} is given twice in "
-                                    f"{value!r}")
-        seen.add(collective)
-        exclude = raw.startswith("^")
-        names = tuple(s.strip() for s in raw.lstrip("^").split(",") if s.strip())
-        if not names:
-            raise InputError(field, f"empty list in {value!r}")
-        for name in names:
-            if name not in vocabulary or name == "auto":
-                valid = [v for v in vocabulary if v != "auto"]
+    vocabulary: frozenset[str] | None = None
+    if not isinstance(kind, str):
+        vocabulary = frozenset(kind) - {"auto"}
+        kinds = [k for k, names in _KIND_NAMES.items() if vocabulary <= names]
+        if len(kinds) != 1:
+            raise ValueError(f"cannot tell NCCL_ALGO from NCCL_PROTO by the vocabulary "
+                             f"{sorted(vocabulary)}; pass kind='algo' or 'proto'")
+        kind = kinds[0]
+    entries = tuple(replace(e, names=e.written)
+                    for e in parse_nccl_setting(value, kind, field).entries)
+    for e in entries if vocabulary is not None else ():
+        for name in e.names:
+            if name not in vocabulary:
                 raise InputError(field, f"unknown value {name!r} in {value!r}",
-                                 did_you_mean(name, valid))
-        entries.append(NcclEntry(collective, exclude, names))
-    if not entries:
-        raise InputError(field, f"empty value {value!r}", "use 'auto' to force nothing")
-    # the grammar is the cost model's (costmodel.nccl_grammar, NCCL's own parseList rules):
-    # a value the space admits is one the collectives model can score
-    parse_nccl_setting(value, "proto" if "simple" in vocabulary else "algo", field)
-    return tuple(entries)
+                                 did_you_mean(name, sorted(vocabulary)))
+    return entries
 
 
 # --------------------------------------------------------------------------------------------
@@ -129,8 +100,7 @@ def _value(d: Dimension, v: Any, field: str) -> Any:
         if not isinstance(v, str) or v.strip().lower() not in d.values:
             raise InputError(field, f"unknown value {v!r}", did_you_mean(str(v), d.values))
         return v.strip().lower()
-    parse_nccl(v, d.values, field)  # STRING: NCCL_ALGO / NCCL_PROTO grammar
-    return v.strip().lower()
+    return d.parse(v, field)  # STRING: the dimension's own grammar
 
 
 def _values(dim: str, raw: Any) -> tuple[Any, ...]:

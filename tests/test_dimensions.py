@@ -105,7 +105,7 @@ def test_from_columns_fills_defaults_and_rejects_unknown_columns() -> None:
     ({"zero_stage": -1}, "parallel.zero_stage", "must be >= 0, got -1"),
     ({"precision": "bf61"}, "parallel.precision", "unknown value 'bf61'"),
     ({"sequence_parallel": 1}, "parallel.sequence_parallel", "must be true or false, got 1"),
-    ({"nccl_algo": ""}, "parallel.nccl_algo", "must be a string, got ''"),
+    ({"nccl_algo": ""}, "parallel.nccl_algo", "must be a non-empty string, got ''"),
     ({"virtual_stages": 2}, "parallel.virtual_stages", "2 needs schedule: interleaved"),
 ])
 def test_config_validation_names_the_field(kw, field, message) -> None:
@@ -121,7 +121,7 @@ def test_config_validation_names_the_field(kw, field, message) -> None:
     ({"zero_stage": (-1,)}, "space.zero_stage", "unknown value -1"),
     ({"schedule": ("zb",)}, "space.schedule", "unknown value 'zb'"),
     ({"sequence_parallel": ("yes",)}, "space.sequence_parallel", "must be true or false"),
-    ({"nccl_proto": ("ll256",)}, "space.nccl_proto", "unknown value 'll256'"),
+    ({"nccl_proto": ("ll256",)}, "space.nccl_proto", "unknown token 'll256'"),
     ({"pp": ()}, "space.pp", "must list at least one value"),
 ])
 def test_space_validation_names_the_field(kw, field, message) -> None:
@@ -181,13 +181,35 @@ def test_a_dimension_of_each_kind_encodes_and_decodes() -> None:
             (Dimension(BOOL, False, "x", name="x"), [True, False], ()),
             (Dimension(CHOICE, "b", "x", values=("a", "b"), codes=IntEnum("AB", "A B", start=0),
                        name="x"), ["b", "a"], ()),
-            (Dimension(STRING, "auto", "x", values=("auto", "y"), name="x"), ["y", "auto"],
+            (Dimension(STRING, "auto", "x", values=("auto", "y"), parse=_layout_string,
+                       grammar="stage letters E, t, L", name="x"), ["y", "auto"],
              ("auto", "y"))):
         col = d.encode(values, table)
         assert d.decode_column(col, table) == values
         assert [d.decode(c, table) for c in col] == values
     with pytest.raises(ValueError, match="codes"):
         Dimension(CHOICE, "a", "x", values=("a", "b"))
+    with pytest.raises(ValueError, match="needs parse and grammar"):
+        Dimension(STRING, "auto", "x")
+
+
+def _layout_string(value, field):
+    if set(value) - set("EtL|"):
+        raise InputError(field, f"bad layout {value!r}")
+    return value
+
+
+def test_a_string_dimension_brings_its_own_grammar() -> None:
+    # a future STRING dimension (a pipeline layout string) is not checked as NCCL_ALGO
+    d = Dimension(STRING, "Et|tL", "pipeline layout", parse=_layout_string,
+                  grammar="stage letters E (embedding), t (layer), L (loss), | between stages")
+    assert d.valid_text.startswith("stage letters") and d.parse("Ett|tL", "f") == "Ett|tL"
+    nccl = DIMENSIONS_BY_NAME["nccl_algo"]
+    assert nccl.parse(" Ring,TREE ", "space.nccl_algo") == "ring,tree"
+    assert "NCCL's grammar" in nccl.valid_text
+    with pytest.raises(InputError) as e:
+        DIMENSIONS_BY_NAME["nccl_proto"].parse("ring", "parallel.nccl_proto")
+    assert e.value.field == "parallel.nccl_proto"
 
 
 def test_cli_flags_are_generated() -> None:
@@ -196,7 +218,10 @@ def test_cli_flags_are_generated() -> None:
     known = ["tp", "pp", "micro-batch-size", "precision", "recompute", "sequence-parallel",
              "zero-stage", "schedule", "virtual-stages", "nccl-algo", "nccl-proto"]
     assert _known(SPACE_FLAGS, known) == known
-    assert [v[0] for v in SPACE_FLAGS.values()] == list(DIMENSIONS)
+    # pinned, not generated: the flags' dimensions in the space's order
+    assert [v[0] for v in SPACE_FLAGS.values()] == [
+        "tp", "pp", "micro_batch_size", "precision", "recompute", "sequence_parallel",
+        "zero_stage", "schedule", "virtual_stages", "nccl_algo", "nccl_proto"]
     dim, parse, text, metavar = SPACE_FLAGS["zero-stage"]
     assert parse("0, 1") == (0, 1) and "valid: 0, 1, 2, 3" in text and "default space: 0, 1" in text
     assert SPACE_FLAGS["nccl-algo"][1]("ring,tree") == ("ring,tree",)
@@ -233,5 +258,36 @@ def test_optuna_encoding_tokens() -> None:
     row = 7
     c = valid.config(row)
     params = enc.params_for(row)
-    assert params.get("layout", f"tp{c.tp}_pp{c.pp}") == f"tp{c.tp}_pp{c.pp}"
+    assert params["layout"] == f"tp{c.tp}_pp{c.pp}"
     assert enc.decode(params) == row
+
+
+_BAD = {"tp": 0, "pp": 0, "dp": 0, "micro_batch_size": 0, "precision": "bf61",
+        "recompute": "nope", "sequence_parallel": 3, "zero_stage": 9, "schedule": "x",
+        "virtual_stages": 0, "nccl_algo": "rign", "nccl_proto": "simpel"}
+
+
+@pytest.mark.parametrize(("kw", "field"), [
+    # ebe5f60 checked the integers first and named the second field of these pairs
+    # (changelog-cost-model.md); now the first bad field in declaration order is named
+    ({"zero_stage": 9, "recompute": "nope"}, "parallel.recompute"),
+    ({"zero_stage": 9, "precision": "bf61"}, "parallel.precision"),
+    ({"virtual_stages": 0, "schedule": "x"}, "parallel.schedule"),
+    ({"virtual_stages": 0, "zero_stage": 9}, "parallel.zero_stage"),
+    ({"schedule": "x", "sequence_parallel": 3}, "parallel.sequence_parallel"),
+    ({"nccl_proto": "simpel", "nccl_algo": "rign"}, "parallel.nccl_algo"),  # ebe5f60: no error
+])
+def test_two_bad_fields_name_the_first_in_declaration_order(kw, field) -> None:
+    with pytest.raises(InputError) as e:
+        ParallelConfig(**kw)
+    assert e.value.field == field
+
+
+def test_every_pair_of_bad_fields_names_the_earlier_one() -> None:
+    order = [d.name for d in PARALLEL_DIMENSIONS]
+    assert order == list(_BAD)  # the declaration order this pins
+    for i, a in enumerate(order):
+        for b in order[i + 1:]:
+            with pytest.raises(InputError) as e:
+                ParallelConfig(**{a: _BAD[a], b: _BAD[b]})
+            assert e.value.field == f"parallel.{a}", (a, b)

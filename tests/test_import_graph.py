@@ -214,3 +214,19 @@ def test_importing_every_module_loads_neither_optuna_nor_joblib():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_cli_start_up_loads_no_dimension_declarations():
+    """``import optimizer.cli`` and ``optimize --version`` stay light: the space flags are
+    built on first use (cli.options.space_flags), SUBCOMMANDS live in cli.common."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from optimizer.cli import main; import optimizer.cli.app; "
+            "assert 'costmodel.specs' not in sys.modules, 'import'; "
+            "main(['--version']); assert 'costmodel.specs' not in sys.modules, '--version'; "
+            "from optimizer.cli.options import SPACE_FLAGS; assert 'nccl-algo' in SPACE_FLAGS")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr

@@ -500,3 +500,53 @@ def test_with_catalog_entries() -> None:
     on_h100 = Context(llama, default_cluster(16, gpu=get_gpu("h100-sxm-80gb")), TRAIN)
     assert broken(on_a100, tp=8, pp=2, precision="fp8") == {"fp8_hardware"}
     assert explain(on_h100, {"tp": 8, "pp": 2, "precision": "fp8"}) == []
+
+
+# NCCL values: one grammar (costmodel.nccl_grammar) for the space, the rules and scoring -----
+@pytest.mark.parametrize("value, field_message", [
+    ("^", "empty list"), ("ring;", "empty entry"), ("ring,,tree", "empty list item"),
+    ("bcast:ring", "unknown collective 'bcast'"), ("allreduce:tree;ring", "names no collective"),
+])
+def test_space_refuses_nccl_values_that_mean_nothing(value, field_message) -> None:
+    with pytest.raises(InputError) as e:
+        SearchSpace(nccl_algo=(value,))
+    assert e.value.field == "space.nccl_algo" and field_message in e.value.message
+
+
+def test_space_takes_what_the_grammar_takes() -> None:
+    # the space's vocabulary (NCCL_ALGOS) is what the help lists; NCCL's own names are
+    # accepted too, and 'collective:auto' leaves that collective to NCCL
+    sp = SearchSpace(nccl_algo=("collnetdirect", " Ring;AllReduce:auto"))
+    assert sp.nccl_algo == ("collnetdirect", "ring;allreduce:auto")
+
+
+def test_parse_nccl_adapter_and_its_deprecated_vocabulary_form() -> None:
+    from search_spaces.space import parse_nccl
+
+    (e,) = parse_nccl("collnet,ring", "algo", "f")
+    assert e.collective is None and e.names == ("collnet", "ring")  # as written
+    # the deprecated form (optimizer.launch.flags): the kind is inferred from the vocabulary
+    assert parse_nccl("^ll128", ("simple", "ll", "ll128", "auto"), "f")[0].exclude
+    assert parse_nccl("ring;allreduce:auto", ("ring", "tree", "auto"), "f")[1].names == ()
+    with pytest.raises(InputError) as err:  # a grammar name outside the given vocabulary
+        parse_nccl("nvls", ("ring", "tree", "auto"), "parallel.nccl_algo")
+    assert err.value.field == "parallel.nccl_algo"
+    with pytest.raises(ValueError, match="pass kind"):
+        parse_nccl("ring", ("ring", "simple"), "f")
+
+
+@pytest.mark.parametrize("argv, rc", [
+    # changelog-cost-model.md, NCCL grammar: ebe5f60 / a3923e9 / now
+    (["nccl", "--collective", "allreduce", "--gpus", "16", "--size", "1GiB",
+      "--algo", "allreduce:auto"], 0),  # 0 / 2 / 0
+    (["nccl", "--collective", "allreduce", "--gpus", "16", "--size", "1GiB", "--algo", "^"], 2),
+    (["nccl", "--collective", "allreduce", "--gpus", "16", "--size", "1GiB",
+      "--algo", "ring;"], 2),  # 2 / 0 / 2
+    (["nccl", "--collective", "allreduce", "--gpus", "16", "--size", "1GiB",
+      "--algo", "bcast:ring"], 2),  # 0 / 0 / 2: NCCL has no 'bcast'
+    (["--model", "7b", "--gpus", "16", "--nccl-algo", "ring;"], 2),  # 2 / 0 / 2
+])
+def test_nccl_grammar_exit_codes(argv, rc, capsys) -> None:
+    from optimizer.cli import main
+
+    assert main(argv) == rc, capsys.readouterr()

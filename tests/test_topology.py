@@ -220,8 +220,10 @@ def test_no_network_between_nodes_is_an_input_error():
 
 
 def test_layout_bigger_than_cluster_is_an_input_error():
-    with pytest.raises(InputError, match="exceeds"):
+    with pytest.raises(InputError, match="the layout's 32 ranks exceed the cluster's 16 GPUs"):
         T.layout_topology(cluster(), 8, 2, 2)
+    with pytest.raises(InputError, match="the layout's 32 ranks exceed"):  # cp counts too
+        T.layout_group_path(cluster(), T.Layout(tp=8, cp=2, dp=2), "dp-cp")
     with pytest.raises(InputError, match="parallel.pp"):
         T.layout_topology(cluster(), 8, 0, 2)
 

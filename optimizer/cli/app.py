@@ -11,8 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from optimizer.cli.common import emit_document
-from optimizer.cli.options import SUBCOMMANDS
+from optimizer.cli.common import SUBCOMMANDS, emit_document
 
 BUG_URL = "please report it with the command line at the paraplan issue tracker"
 

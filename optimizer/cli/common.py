@@ -7,6 +7,10 @@ import json
 import os
 import sys
 
+#: ``optimize``'s subcommands (the entry point dispatches on them; the search's help lists
+#: them). Here, not in ``cli.options``, so that dispatching imports no dimension declarations.
+SUBCOMMANDS = ("evaluate", "report", "nccl", "models", "gpus", "clusters", "validate")
+
 
 class Parser(argparse.ArgumentParser):
     """argparse that raises instead of printing usage, so errors stay one line."""

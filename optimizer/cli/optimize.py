@@ -40,6 +40,11 @@ def _defaults(args: argparse.Namespace) -> tuple[int | None, dict[str, str]]:
 
 
 def run(argv: Sequence[str]) -> int:
+    if list(argv) == ["--version"]:  # before the parser, which loads the dimension flags
+        from optimizer.core.version import tool_version
+
+        emit(f"paraplan {tool_version()}")
+        return 0
     args = main_parser().parse_args(argv)
     if args.version:
         from optimizer.core.problem import tool_version

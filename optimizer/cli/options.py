@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable
+from typing import Any
 
-from optimizer.cli.common import Parser
+from optimizer.cli.common import SUBCOMMANDS, Parser
 
 _RANGE_HELP = ("a range A-B means the counts in [A, B] that are a power-of-two number of "
                "full nodes (gpus-per-node x 2^k; below one node, powers of two), A-B:S every "
                "multiple of S in [A, B] that is whole nodes")
-
-SUBCOMMANDS = ("evaluate", "report", "nccl", "models", "gpus", "clusters", "validate")
-
 
 def _csv(kind: Callable):
     def parse(text: str):
@@ -34,7 +33,8 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
 
 
-def _space_flags() -> dict[str, tuple[str, Callable, str, str]]:
+@functools.cache
+def space_flags() -> dict[str, tuple[str, Callable, str, str]]:
     """``--flag`` -> (dimension, parser, help, metavar) for every searched dimension, from the
     declarations on ``ParallelConfig`` (costmodel.dimensions): INT, CHOICE and BOOL take a
     comma-separated list, a STRING (NCCL_ALGO / NCCL_PROTO grammar, which has commas) one value."""
@@ -53,7 +53,12 @@ def _space_flags() -> dict[str, tuple[str, Callable, str, str]]:
     return out
 
 
-SPACE_FLAGS = _space_flags()
+def __getattr__(name: str) -> Any:
+    """``SPACE_FLAGS`` (= :func:`space_flags`), built on first use: importing the CLI loads
+    no dimension declarations (``optimize --version`` and ``models`` stay light)."""
+    if name == "SPACE_FLAGS":
+        return space_flags()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -144,7 +149,7 @@ def main_parser() -> argparse.ArgumentParser:
                    help="print an sbatch script or a PyTorchJob for the recommended config")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.add_argument("--version", action="store_true", help="print the version and exit")
-    for flag, (dim, _, text, metavar) in SPACE_FLAGS.items():
+    for flag, (dim, _, text, metavar) in space_flags().items():
         p.add_argument(f"--{flag}", dest=f"space_{dim}", metavar=metavar,
                        help=text.replace("%", "%%"))
     return p
@@ -157,8 +162,13 @@ def trials_per_batch(args: argparse.Namespace) -> int:
 
         print("warning: --batch-size is deprecated (it is the number of Optuna trials per "
               "batch, not the training batch); use --trials-per-batch", file=sys.stderr)
-        return args.batch_size
-    return args.trials_per_batch
+        value, field = args.batch_size, "batch_size"
+    else:
+        value, field = args.trials_per_batch, "trials_per_batch"
+    from costmodel import limits
+
+    limits.check_count(field, value, maximum=limits.MAX_BATCH_SIZE)
+    return value
 
 
 def training_flags(args: argparse.Namespace) -> dict | None:
@@ -175,7 +185,7 @@ def space_overrides(args: argparse.Namespace) -> dict:
     from costmodel.errors import InputError
 
     out = {}
-    for flag, (dim, parse, _, _) in SPACE_FLAGS.items():
+    for flag, (dim, parse, _, _) in space_flags().items():
         raw = getattr(args, f"space_{dim}")
         if raw is None:
             continue

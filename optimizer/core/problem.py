@@ -17,18 +17,10 @@ from typing import Any
 from costmodel import COST_MODEL_VERSION
 from costmodel.errors import InputError
 from costmodel.specs import ClusterSpec, ModelSpec, TrainingSpec
+from optimizer.core.version import tool_version  # noqa: F401  (re-exported)
 
 SCHEMA_VERSION = 1
 GIB = 1024**3
-
-
-def tool_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("paraplan")
-    except Exception:  # pragma: no cover - not installed
-        return "0+unknown"
 
 
 def document_head(problem: Problem, **extra_inputs: Any) -> dict[str, Any]:

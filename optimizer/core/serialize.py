@@ -35,10 +35,15 @@ def gpu_to_dict(gpu: GPUSpec) -> dict[str, Any]:
 
 
 def cluster_to_dict(cluster: ClusterSpec) -> dict[str, Any]:
+    """The resolved cluster of a result document. ``gpus_per_domain`` (the NVLink domain) is
+    written only when set, so documents and fingerprints of one-host domains are unchanged."""
+    domain = ({"gpus_per_domain": cluster.gpus_per_domain}
+              if cluster.gpus_per_domain is not None else {})
     return {
         "name": cluster.name,
         "num_nodes": cluster.num_nodes,
         "gpus_per_node": cluster.gpus_per_node,
+        **domain,
         "num_gpus": cluster.num_gpus,
         "gpu": gpu_to_dict(cluster.gpu),
         "intra_node": {f.name: getattr(cluster.intra_node, f.name)

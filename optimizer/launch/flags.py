@@ -32,10 +32,22 @@ from typing import Any
 from costmodel.errors import InputError
 from costmodel.schedule import stage_layers
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from optimizer.launch.model_facts import model_facts
 from optimizer.launch.moe_flags import megatron_moe_args
 
 __all__ = [
+    "DEEPSPEED_TARGET",
+    "MEGATRON_TARGET",
     "NCCL_PRODUCTION_WARNING",
+    "TORCHTITAN_TARGET",
+    "deepspeed_refusal",
+    "megatron_deepspeed_args",
+    "launch_targets",
+    "megatron_refusal",
+    "megatron_script",
+    "torchtitan_config_source",
+    "torchtitan_model",
+    "torchtitan_refusal",
     "deepspeed_config",
     "job_shape",
     "launch_bundle",
@@ -154,9 +166,37 @@ def _fsdp(config: ParallelConfig) -> bool:
 
 # --------------------------------------------------------------------------------------------
 # Megatron-LM
+MEGATRON_TARGET = "Megatron-LM core_v0.16+ and main (megatron/training/arguments.py)"
+# Dropout the cost model scores: none unless training.dropout (then Megatron's own 0.1, the
+# value Korthikanti et al. assume for the masks it counts).
+_DROPOUT_ON = 0.1
+
+
+def megatron_refusal(model: ModelSpec) -> str | None:
+    """Why Megatron-LM cannot train ``model`` as scored, or None."""
+    facts = model_facts(model)
+    if facts.position == "alibi":
+        return (f"Megatron-LM refused for {model.name}: the model uses ALiBi, which "
+                "Megatron-Core does not implement (--position-embedding-type none is NoPE); "
+                "no Megatron flags are emitted")
+    return None
+
+
+def megatron_script(model: ModelSpec) -> str:
+    """The Megatron-LM entry point the arguments are for."""
+    return "pretrain_gpt.py" if model.causal else "pretrain_bert.py"
+
+
 def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                   config: ParallelConfig) -> list[str]:
-    """Megatron-LM ``pretrain_gpt.py`` argv tokens (ecosystem.md section 2.1).
+    """Megatron-LM argv tokens (ecosystem.md section 2.1, modern-training.md section 8.1) for
+    :func:`megatron_script` (``pretrain_gpt.py``; ``pretrain_bert.py`` for an encoder).
+
+    Every model-definition default Megatron would otherwise apply is overridden with the
+    value the cost model scored (dropout, positions and rotary base/scaling, norm epsilon,
+    GQA, biases, tied embeddings), and every flag ``validate_args`` needs for the layout is
+    present (FSDP's ``--ckpt-format fsdp_dtensor``). Empty for a model Megatron cannot build
+    (:func:`megatron_refusal`: ALiBi).
 
     ``--vocab-size`` is the unpadded vocabulary: Megatron pads it to a multiple of
     ``--make-vocab-size-divisible-by`` (128) times TP. Megatron normally takes the vocabulary
@@ -165,6 +205,8 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     """
     job_shape(cluster, config)
     _microbatches(training, config)
+    if megatron_refusal(model) is not None:
+        return []
     a: list[str] = [
         "--tensor-model-parallel-size", str(config.tp),
         "--pipeline-model-parallel-size", str(config.pp),
@@ -188,13 +230,23 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     ]
     a += _megatron_shape(model)
     a += megatron_moe_args(model, config)  # MoE / MLA (none for dense models)
+    dropout = _fmt(_DROPOUT_ON if training.dropout else 0.0)
+    a += ["--attention-dropout", dropout, "--hidden-dropout", dropout]
+    if not training.flash_attention:  # the s^2 score path the model then scores
+        a += ["--attention-backend", "unfused"]
     a += _megatron_recompute(config.recompute)
     a += _megatron_data_parallel(config)
-    a += _megatron_precision(config.precision)
+    a += _megatron_precision(config.precision, cluster)
     return a
 
 
+def _fmt(x: float) -> str:
+    """A float as Megatron's argparse reads it back exactly (repr, no exponent for ints)."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(float(x))
+
+
 def _megatron_shape(model: ModelSpec) -> list[str]:
+    facts = model_facts(model)
     a = [
         "--num-layers", str(model.num_layers),
         "--hidden-size", str(model.hidden_size),
@@ -209,20 +261,33 @@ def _megatron_shape(model: ModelSpec) -> list[str]:
           "--make-vocab-size-divisible-by", str(_VOCAB_DIVISIBLE_BY)]
     if model.gated_mlp:
         a.append("--swiglu")
-    a += ["--normalization", "RMSNorm" if model.normalization == "rmsnorm" else "LayerNorm"]
-    a += ["--position-embedding-type",
-          "learned_absolute" if model.learned_position_embeddings else "rope"]
+    a += ["--normalization", "RMSNorm" if model.normalization == "rmsnorm" else "LayerNorm",
+          "--norm-epsilon", repr(float(facts.norm_eps))]
+    if facts.qk_norm:
+        a.append("--qk-layernorm")
+    if facts.position == "learned":
+        a += ["--position-embedding-type", "learned_absolute"]
+    elif facts.position == "none":
+        a += ["--position-embedding-type", "none"]
+    else:
+        a += ["--position-embedding-type", "rope",
+              "--rotary-base", str(int(facts.rope_base or 10000))]
+        if facts.rope_scaling_factor:
+            a += ["--use-rope-scaling", "--rope-scaling-factor",
+                  _fmt(facts.rope_scaling_factor)]
     if not model.tied_embeddings:
         a.append("--untie-embeddings-and-output-weights")
     if not model.linear_bias:
         a.append("--disable-bias-linear")
+        if facts.qkv_bias:
+            a.append("--add-qkv-bias")
     return a
 
 
 def _megatron_recompute(recompute: str) -> list[str]:
-    if recompute == "selective":  # selective takes no method (Megatron validate_args)
-        return ["--recompute-granularity", "selective"]
-    if recompute == "full":
+    if recompute == "selective":  # core attention; selective takes no method (validate_args)
+        return ["--recompute-granularity", "selective", "--recompute-modules", "core_attn"]
+    if recompute == "full":  # every layer checkpointed at its input
         return ["--recompute-granularity", "full", "--recompute-method", "uniform",
                 "--recompute-num-layers", "1"]
     return []
@@ -234,7 +299,8 @@ def _megatron_data_parallel(config: ParallelConfig) -> list[str]:
         a.append("--use-distributed-optimizer")
     elif config.zero_stage >= 2:
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
-              "optim_grads" if config.zero_stage == 2 else "optim_grads_params"]
+              "optim_grads" if config.zero_stage == 2 else "optim_grads_params",
+              "--ckpt-format", "fsdp_dtensor"]  # validate_args: the only format Megatron FSDP takes
     if config.dp > 1:
         a.append("--overlap-grad-reduce")
         if config.zero_stage >= 1:  # needs dist-opt or FSDP, and --overlap-grad-reduce
@@ -242,14 +308,20 @@ def _megatron_data_parallel(config: ParallelConfig) -> list[str]:
     return a
 
 
-def _megatron_precision(precision: str) -> list[str]:
+def _megatron_precision(precision: str, cluster: ClusterSpec | None = None) -> list[str]:
     if precision == "bf16":
         return ["--bf16"]
     if precision == "fp16":
         return ["--fp16"]
     if precision == "fp8":  # FP8 GEMMs with BF16 everywhere else (Transformer Engine)
-        return ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "delayed"]
-    return []  # fp32 / tf32: Megatron's default full-precision path
+        if cluster is not None and cluster.gpu.compute_capability >= 100:
+            return ["--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"]
+        # per-tensor current scaling: the recipe Transformer Engine recommends over the
+        # legacy delayed-scaling default on Hopper/Ada
+        return ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]
+    # fp32 / tf32: Megatron's full-precision path; Megatron has no TF32 switch: tf32 is set by
+    # TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 in launch_env
+    return []
 
 
 # --------------------------------------------------------------------------------------------
@@ -259,7 +331,8 @@ def deepspeed_config(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
     """A DeepSpeed configuration (ecosystem.md section 2.3) satisfying the batch invariant
     ``train_batch_size == train_micro_batch_size_per_gpu * gradient_accumulation_steps * dp``.
 
-    ZeRO bucket sizes follow the Hugging Face Trainer's "auto" values
+    The target is DeepSpeed 0.19 (Megatron-DeepSpeed for pp > 1: its pipeline engine runs
+    ZeRO 0 and 1 only, :func:`deepspeed_refusal`). ZeRO bucket sizes follow the Hugging Face Trainer's "auto" values
     (``transformers/integrations/deepspeed.py``): ``reduce_bucket_size = h*h``,
     ``stage3_prefetch_bucket_size = 0.9*h*h``, ``stage3_param_persistence_threshold = 10*h``.
     FP8 is not a DeepSpeed config switch (Transformer Engine in the model code): fp8 emits
@@ -278,17 +351,12 @@ def deepspeed_config(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
     elif config.precision == "fp16":
         ds["fp16"] = dict(_DS_FP16)
     ds["zero_optimization"] = _deepspeed_zero(model.hidden_size, config.zero_stage)
-    if config.pp > 1:
-        # an uneven split counts the embedding and the LM head as one layer each, which puts
-        # fewer transformer layers on the first and last stage (BLOOM's --pp-partition-method)
-        uneven = _uneven_split(model, config) is not None
-        pipe: dict[str, Any] = {"stages": config.pp,
-                                "partition": "type:transformer|embedding" if uneven
-                                else "uniform"}
-        if config.recompute == "full":
-            pipe["activation_checkpoint_interval"] = 1
-        ds["pipeline"] = pipe
-    if config.tp > 1:
+    if config.pp > 1 and config.recompute == "full":
+        # the only pipeline key the engine reads for the model (PipelineEngine.__init__); the
+        # stage count and the partition are Megatron-DeepSpeed arguments
+        # (--pipeline-model-parallel-size, --pp-partition-method), not config keys
+        ds["pipeline"] = {"activation_checkpoint_interval": 1}
+    if config.tp > 1 and config.pp == 1:  # AutoTP; with a pipeline TP is Megatron-DeepSpeed's
         ds["tensor_parallel"] = {"autotp_size": config.tp}
     if config.recompute != "none":
         ds["activation_checkpointing"] = {
@@ -298,6 +366,29 @@ def deepspeed_config(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
             "synchronize_checkpoint_boundary": False,
         }
     return ds
+
+
+DEEPSPEED_TARGET = "DeepSpeed 0.19 (DeepSpeedConfig; Megatron-DeepSpeed for pp > 1)"
+
+
+def megatron_deepspeed_args(config: ParallelConfig) -> list[str]:
+    """The layout arguments of Megatron-DeepSpeed, which owns TP and PP when DeepSpeed runs
+    a pipeline (the JSON config carries batch, precision, ZeRO and checkpointing only);
+    ``--deepspeed_config`` names the ``deepspeed_config`` file."""
+    a = ["--tensor-model-parallel-size", str(config.tp),
+         "--pipeline-model-parallel-size", str(config.pp)]
+    if config.pp == 1:
+        a.append("--no-pipeline-parallel")
+    return [*a, "--deepspeed", "--deepspeed_config", "ds_config.json"]
+
+
+def deepspeed_refusal(config: ParallelConfig) -> list[str]:
+    """What DeepSpeed 0.19 cannot run of what was scored (empty: the config is faithful)."""
+    if config.pp > 1 and config.zero_stage >= 2:
+        return [f"DeepSpeed: the pipeline engine allows ZeRO stage 0 or 1 only "
+                f"(PipelineEngine asserts it); pp={config.pp} with zero_stage="
+                f"{config.zero_stage} will not start"]
+    return []
 
 
 def _deepspeed_zero(hidden_size: int, stage: int) -> dict[str, Any]:
@@ -319,36 +410,90 @@ def _deepspeed_zero(hidden_size: int, stage: int) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------------------------
 # torchtitan
+TORCHTITAN_TARGET = "torchtitan 0.3 (ConfigManager, Python config registry)"
+TORCHTITAN_MODULE = "paraplan_torchtitan"  # the config registry module the bundle carries
+TORCHTITAN_CONFIG = "paraplan"  # its config function
+
+
+def _torchtitan_split(model: ModelSpec, config: ParallelConfig) -> tuple[int, int, int]:
+    """(layers per stage, first-stage-less-layers, last-stage-less-layers) that make
+    torchtitan's ``_get_pipeline_metadata`` / ``_generate_llm_fqn_per_model_part`` build
+    exactly the stages the cost model scored: ``pp*v`` stages of ``L/(pp*v)`` layers, or for
+    an uneven split ``pp`` stages whose first and last hold fewer layers (the "less layers"
+    weights count the embedding and the output as that many layers)."""
+    if _interleaved(config):
+        return _layers_per_virtual_stage(model, config), 0, 0
+    split = _uneven_split(model, config)
+    c = -(-model.num_layers // config.pp)
+    if split is None:
+        return model.num_layers // config.pp, 0, 0
+    return c, c - split[0], c - split[1]
+
+
+def torchtitan_refusal(model: ModelSpec, config: ParallelConfig) -> list[str]:
+    """What torchtitan 0.3 cannot express of what was scored (empty: the lists are faithful)."""
+    facts = model_facts(model)
+    r = []
+    if not (model.causal and model.gated_mlp and model.normalization == "rmsnorm"
+            and not model.linear_bias and facts.position == "rope" and not facts.qkv_bias):
+        r.append(f"torchtitan: {model.name} is not a Llama-style decoder (RoPE, RMSNorm, SwiGLU, "
+                 "no biases); the emitted config builds torchtitan's Llama 3 model, which is "
+                 "not the scored one")
+    if model.head_dim * model.num_attention_heads != model.hidden_size:
+        r.append("torchtitan: the Llama 3 builder has no head_dim != hidden/heads")
+    if config.recompute == "selective":
+        r.append("torchtitan: its selective AC (op/layer SAC) is not the selective recompute "
+                 "scored (core attention only); no torchtitan equivalent")
+    if config.precision == "fp16":
+        r.append("torchtitan: mixed_precision_param takes bfloat16 or float32; fp16 cannot be "
+                 "expressed")
+    if config.zero_stage == 1:
+        r.append("torchtitan: zero_stage 1 (sharded optimizer only) has no torchtitan "
+                 "equivalent")
+    if config.dp > 1 and not _fsdp(config) and (config.tp > 1 or config.pp > 1):
+        r.append("torchtitan: data_parallel_replicate_degree > 1 without sharding is DDP, which "
+                 "torchtitan supports only for 1-D parallelism")
+    return r
+
+
 def torchtitan_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                     config: ParallelConfig) -> list[str]:
-    """torchtitan ``--section.field value`` overrides (ecosystem.md section 2.4).
+    """torchtitan 0.3 ``ConfigManager`` arguments (``torchtitan.train``), for the config
+    registry module :func:`torchtitan_config_source` (saved as ``paraplan_torchtitan.py`` on
+    ``PYTHONPATH``), which carries what torchtitan's CLI cannot set (the model definition, the
+    Float8 converter: ``model_spec`` is suppressed from its CLI).
 
     Batch mapping: with PP, ``local_batch_size`` (per DP rank per step) = gbs/dp is split into
     pipeline microbatches of ``micro_batch_size``; without PP, ``local_batch_size`` =
     ``micro_batch_size`` and torchtitan accumulates gbs/(mbs*dp) steps. Booleans use tyro's
-    paired form (``--x`` / ``--no_x``).
+    paired form (``--x`` / ``--no_x``); the activation-checkpoint policy is a subcommand
+    (``activation_checkpoint:full`` / ``:none``), last.
     """
     job_shape(cluster, config)
     m = _microbatches(training, config)
     shard = config.dp if _fsdp(config) else 1
     replicate = 1 if _fsdp(config) else config.dp
     a = [
+        "--module", TORCHTITAN_MODULE, "--config", TORCHTITAN_CONFIG,
         "--parallelism.data_parallel_replicate_degree", str(replicate),
         "--parallelism.data_parallel_shard_degree", str(shard),
         "--parallelism.tensor_parallel_degree", str(config.tp),
         "--parallelism.pipeline_parallel_degree", str(config.pp),
     ]
-    if config.zero_stage == 2:  # ZeRO-2: keep parameters gathered between forward and backward
-        a += ["--parallelism.fsdp_reshard_after_forward", "never"]
+    if _fsdp(config):  # ZeRO-2 keeps parameters gathered between forward and backward
+        a += ["--parallelism.fsdp_reshard_after_forward",
+              "never" if config.zero_stage == 2 else "always"]
     if config.tp > 1:
         a.append("--parallelism.enable_sequence_parallel" if config.sequence_parallel
                  else "--parallelism.no_enable_sequence_parallel")
     if config.pp > 1:
+        per_stage, first_less, last_less = _torchtitan_split(model, config)
         a += ["--parallelism.pipeline_parallel_schedule", _TORCHTITAN_SCHEDULES[config.schedule],
-              "--parallelism.pipeline_parallel_microbatch_size", str(config.micro_batch_size)]
-        if _interleaved(config):
-            a += ["--parallelism.pipeline_parallel_layers_per_stage",
-                  str(_layers_per_virtual_stage(model, config))]
+              "--parallelism.pipeline_parallel_microbatch_size", str(config.micro_batch_size),
+              "--parallelism.pipeline_parallel_layers_per_stage", str(per_stage),
+              "--parallelism.pipeline_parallel_first_stage_less_layers", str(first_less),
+              "--parallelism.pipeline_parallel_last_stage_less_layers", str(last_less),
+              "--training.disable_cuda_graphs"]  # torchtitan: CUDA graphs do not support PP
     local = config.micro_batch_size * m if config.pp > 1 else config.micro_batch_size
     a += [
         "--training.seq_len", str(training.seq_length),
@@ -359,8 +504,93 @@ def torchtitan_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         a += ["--training.mixed_precision_param", "bfloat16"]
     elif config.precision in ("fp32", "tf32"):
         a += ["--training.mixed_precision_param", "float32"]
-    a += ["--activation_checkpoint.mode", config.recompute]
+    a.append("activation_checkpoint:" + ("full" if config.recompute == "full" else
+                                         "selective" if config.recompute == "selective"
+                                         else "none"))
     return a
+
+
+_TT_SOURCE = '''"""torchtitan 0.3 config registry written by paraplan: {name} as scored.
+
+Save as {module}.py on PYTHONPATH and run
+  torchrun ... -m torchtitan.train --module {module} --config {config} <torchtitan_args>
+"""
+from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+from torchtitan.distributed.pipeline_parallel import pipeline_llm
+from torchtitan.models import llama3 as L3
+from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+from torchtitan.models.common.config_utils import decoder_vocab_size
+from torchtitan.models.llama3 import config_registry as R
+from torchtitan.protocols.model_spec import ModelSpec
+
+MODEL = {model!r}
+FLOAT8 = {float8!r}
+
+
+def _model():
+    m = MODEL
+    dim, vocab = m["dim"], m["vocab_size"]
+    rope = ComplexRoPE.Config(dim=m["head_dim"], max_seq_len=m["max_seq_len"],
+                              theta=m["rope_theta"], scaling=m["rope_scaling"],
+                              scaling_factor=m["rope_scaling_factor"])
+    layers = L3._build_llama3_layers(
+        n_layers=m["n_layers"], dim=dim, n_heads=m["n_heads"], n_kv_heads=m["n_kv_heads"],
+        hidden_dim=m["ffn_hidden_dim"], rope=rope, fuse_qkv=True, attn_backend="flex")
+    for layer in layers:
+        layer.attention_norm.eps = m["norm_eps"]
+        layer.ffn_norm.eps = m["norm_eps"]
+    model = L3.Llama3Model.Config(
+        dim=dim, vocab_size=vocab, enable_weight_tying=m["tied_embeddings"],
+        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim,
+                                        param_init=L3._EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape=dim, eps=m["norm_eps"], param_init=L3._NORM_INIT),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab,
+                              param_init=L3._output_linear_init(dim)),
+        layers=layers)
+    if FLOAT8:
+        from torchtitan.components.quantization import Float8LinearConverter
+
+        # rowwise scaling; the LM head stays in bf16 (as Transformer Engine leaves it)
+        model = Float8LinearConverter.Config(filter_fqns=["lm_head"]).build().convert(model)
+    return ModelSpec(name="llama3", flavor="paraplan", model=model,
+                     parallelize_fn=L3.parallelize_llama, pipelining_fn=pipeline_llm,
+                     post_optimizer_build_fn=None,
+                     state_dict_adapter=L3.Llama3StateDictAdapter)
+
+
+def {config}():
+    config = R.llama3_8b()
+    config.model_spec = _model()
+    config.loss = ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(
+        global_vocab_size=decoder_vocab_size(config.model_spec)))
+    return config
+'''
+
+
+def torchtitan_model(model: ModelSpec, training: TrainingSpec) -> dict[str, Any]:
+    """The model definition the torchtitan config module builds (torchtitan's Llama 3)."""
+    facts = model_facts(model)
+    return {
+        "name": model.name, "n_layers": model.num_layers, "dim": model.hidden_size,
+        "n_heads": model.num_attention_heads, "n_kv_heads": model.num_kv_heads,
+        "head_dim": model.head_dim, "ffn_hidden_dim": model.ffn_hidden_size,
+        "vocab_size": model.vocab_size, "tied_embeddings": model.tied_embeddings,
+        "norm_eps": float(facts.norm_eps), "rope_theta": float(facts.rope_base or 10000.0),
+        "rope_scaling": "llama" if facts.rope_scaling_factor else "none",
+        "rope_scaling_factor": float(facts.rope_scaling_factor or 8.0),
+        "max_seq_len": max(model.max_position_embeddings or 0, training.seq_length),
+    }
+
+
+def torchtitan_config_source(model: ModelSpec, training: TrainingSpec,
+                             config: ParallelConfig) -> str:
+    """Python source of the torchtitan 0.3 config registry module ``paraplan_torchtitan``:
+    the scored model definition (layers, width, heads and KV heads, FFN width, vocabulary,
+    tying, norm epsilon, rotary base and scaling) and, for fp8, torchtitan's Float8 converter
+    (torchao ``Float8Linear``, rowwise)."""
+    return _TT_SOURCE.format(name=model.name, module=TORCHTITAN_MODULE, config=TORCHTITAN_CONFIG,
+                             model=torchtitan_model(model, training),
+                             float8=config.precision == "fp8")
 
 
 # --------------------------------------------------------------------------------------------
@@ -488,7 +718,9 @@ def launch_env(cluster: ClusterSpec, config: ParallelConfig) -> dict[str, str]:
 
     ``CUDA_DEVICE_MAX_CONNECTIONS=1`` orders TP communication before compute on pre-Blackwell
     GPUs (compute capability < 10.0); Megatron FSDP (zero_stage >= 2) requires it unset.
-    ``NCCL_ALGO``/``NCCL_PROTO`` appear only when forced.
+    ``NCCL_ALGO``/``NCCL_PROTO`` appear only when forced. ``tf32`` sets
+    ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` (PyTorch runs fp32 matmuls as fp32 by default, and
+    neither Megatron-LM nor torchtitan has a TF32 switch).
     """
     env: dict[str, str] = {}
     if config.tp > 1 and cluster.gpu.compute_capability < 100 and not _fsdp(config):
@@ -502,6 +734,8 @@ def launch_env(cluster: ClusterSpec, config: ParallelConfig) -> dict[str, str]:
     proto = nccl_proto_env(config.nccl_proto)
     if proto is not None:
         env["NCCL_PROTO"] = proto
+    if config.precision == "tf32":  # scored at the TF32 peak; PyTorch's default is fp32 GEMMs
+        env["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] = "1"
     env["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"
     return env
 
@@ -518,21 +752,30 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
     if config.sequence_parallel and config.tp == 1:
         w.append("sequence_parallel has no effect with tp=1 (Megatron switches it off)")
     if config.precision == "fp8":
-        w.append("fp8: Megatron gets --fp8-format hybrid (Transformer Engine); the DeepSpeed and "
-                 "torchtitan outputs use bf16 and need FP8 enabled in the model code")
-    if config.precision == "fp16":
-        w.append("torchtitan: mixed_precision_param takes bfloat16 or float32, so no fp16 "
-                 "precision override is emitted")
-    if config.pp > 1 and config.zero_stage >= 2:
-        w.append("DeepSpeed's pipeline engine supports ZeRO stage 0 or 1 only; the deepspeed_config "
-                 f"with pp={config.pp} and zero_stage={config.zero_stage} will not start")
-    if config.dp > 1 and not _fsdp(config) and (config.tp > 1 or config.pp > 1):
-        w.append("torchtitan: data_parallel_replicate_degree > 1 without sharding is DDP, which "
-                 "torchtitan supports only for 1-D parallelism; use zero_stage 3 (FSDP) there")
-    if config.zero_stage == 1:
-        w.append("torchtitan: zero_stage 1 has no torchtitan equivalent; torchtitan_args use "
-                 "plain data parallelism")
+        w.append("fp8: Megatron gets Transformer Engine's current-scaling recipe (--fp8-recipe "
+                 "tensorwise; mxfp8 on Blackwell), torchtitan the Float8 converter (rowwise); "
+                 "DeepSpeed's config has no FP8 switch (bf16 block; FP8 is Transformer Engine "
+                 "in the model code)")
+    if config.precision == "tf32":
+        w.append("tf32: TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 lets PyTorch's matmuls use TF32; "
+                 "Transformer Engine's own GEMMs follow TE's choice of compute type")
+    w += deepspeed_refusal(config)
     if model is not None:
+        refusal = megatron_refusal(model)
+        if refusal is not None:
+            w.append(refusal)
+        w += unexpressed(model)
+        if not model.causal:
+            w.append(f"{model.name} is an encoder: the Megatron-LM arguments are for "
+                     "pretrain_bert.py (BERT's pooler, binary head and MLM transform are not "
+                     "scored)")
+        facts = model_facts(model)
+        if not facts.exact:
+            w.append(f"{model.name}: the rotary base, rope scaling and norm epsilon are not "
+                     f"carried by the model record; the flags use {facts.source} (rotary base "
+                     f"{facts.rope_base}, epsilon {facts.norm_eps}): check them against the "
+                     "checkpoint's config.json")
+        w += torchtitan_refusal(model, config)
         if model.num_attention_heads % config.tp or model.num_kv_heads % config.tp:
             w.append(f"Megatron needs num_attention_heads ({model.num_attention_heads}) and "
                      f"num_query_groups ({model.num_kv_heads}) divisible by tp={config.tp}")
@@ -540,8 +783,10 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
         if split is not None:
             w.append(f"uneven pipeline split ({model.num_layers} layers on pp={config.pp}: "
                      f"{split[0]} on the first stage, {split[1]} on the last, the rest evenly): "
-                     "Megatron gets --decoder-first/last-pipeline-num-layers, DeepSpeed the "
-                     "type:transformer|embedding partition; torchtitan's own split may differ")
+                     "Megatron gets --decoder-first/last-pipeline-num-layers, torchtitan "
+                     "first/last_stage_less_layers; Megatron-DeepSpeed needs a partition "
+                     "method that counts the embedding and the head as layers (BLOOM's "
+                     "type:transformer|embedding), not the default type:transformer")
     if training is not None and _interleaved(config):
         m = _microbatches(training, config)
         if m % config.pp:
@@ -555,13 +800,47 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
     return w
 
 
+def unexpressed(model: ModelSpec) -> list[str]:
+    """Model features the cost model may score that no target's artefacts express yet (a
+    ModelSpec with Mixture-of-Experts or MLA layers): every target is then not faithful."""
+    r = []
+    if getattr(model, "moe", None) is not None:
+        r.append(f"{model.name} has Mixture-of-Experts layers: the launch artefacts do not "
+                 "emit expert flags yet and would build a dense model")
+    if getattr(model, "mla", None) is not None:
+        r.append(f"{model.name} uses multi-head latent attention: the launch artefacts do not "
+                 "emit MLA flags yet")
+    return r
+
+
+def launch_targets(model: ModelSpec, config: ParallelConfig) -> dict[str, Any]:
+    """Per framework target: its name and version, whether its artefacts train what was
+    scored (``supported``) and, if not, why (``reasons``)."""
+    mr = megatron_refusal(model)
+    common = unexpressed(model)
+    mr_list = ([] if mr is None else [mr]) + common
+    ds, tt = deepspeed_refusal(config) + common, torchtitan_refusal(model, config) + common
+    return {
+        "megatron": {"target": MEGATRON_TARGET, "script": megatron_script(model),
+                     "supported": not mr_list, "reasons": mr_list},
+        "deepspeed": {"target": DEEPSPEED_TARGET, "supported": not ds, "reasons": ds,
+                      "megatron_deepspeed_args": megatron_deepspeed_args(config)},
+        "torchtitan": {"target": TORCHTITAN_TARGET, "module": TORCHTITAN_MODULE + ".py",
+                       "supported": not tt, "reasons": tt},
+    }
+
+
 def launch_bundle(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                   config: ParallelConfig) -> dict[str, Any]:
-    """The ``launch`` object of the JSON output (contract.md section 4)."""
+    """The ``launch`` object of the JSON output (contract.md section 4), plus ``targets``
+    (:func:`launch_targets`) and ``torchtitan_config`` (the config registry module source
+    the torchtitan arguments name)."""
     return {
         "megatron_args": megatron_args(model, cluster, training, config),
         "deepspeed_config": deepspeed_config(model, cluster, training, config),
         "torchtitan_args": torchtitan_args(model, cluster, training, config),
+        "torchtitan_config": torchtitan_config_source(model, training, config),
         "env": launch_env(cluster, config),
         "warnings": launch_warnings(config, model=model, cluster=cluster, training=training),
+        "targets": launch_targets(model, config),
     }

@@ -85,7 +85,9 @@ def slurm_script(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                                                                  cluster=cluster,
                                                                  training=training)]
     lines += ["set -euo pipefail", "",
-              'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+              # sed reads the whole list: head would close the pipe early and, under pipefail,
+              # scontrol's SIGPIPE (exit 141) aborts the job once the node list is long
+              'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
               "export MASTER_ADDR",
               f"export MASTER_PORT={_MASTER_PORT}"]
     lines += [f"export {_env_name(k)}={shlex.quote(str(v))}" for k, v in env.items()]
@@ -120,7 +122,8 @@ def k8s_manifest(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                  ) -> dict[str, Any]:
     """A Kubeflow Training Operator v1 ``PyTorchJob`` (ecosystem.md section 6.2).
 
-    One Master and ``nodes - 1`` Workers, one pod per node; the container (named ``pytorch``)
+    One Master and ``nodes - 1`` Workers, one pod per node (the GPU limit a quantity string,
+    as the Kubernetes API types it); the container (named ``pytorch``)
     runs ``torchrun``, which reads the operator's ``PET_NODE_RANK``/``PET_MASTER_ADDR``/
     ``PET_MASTER_PORT``. ``image`` is a placeholder: the operator's templates usually own the
     image and volumes, so treat the replica counts, env and args as the patch to apply.
@@ -134,7 +137,7 @@ def k8s_manifest(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
         container = {"name": "pytorch", "image": image, "command": ["torchrun"],
                      "args": list(args),
                      "env": [{"name": k, "value": v} for k, v in env.items()],
-                     "resources": {"limits": {"nvidia.com/gpu": per_node}}}
+                     "resources": {"limits": {"nvidia.com/gpu": str(per_node)}}}
         return {"replicas": count, "restartPolicy": "OnFailure",
                 "template": {"spec": {"containers": [container]}}}
 

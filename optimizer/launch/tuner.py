@@ -20,11 +20,13 @@ def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff
 
     ``collective_type`` is broadcast, reduce, allgather, reducescatter or allreduce;
-    ``min_bytes``/``max_bytes`` the inclusive range of NCCL's nBytes (here the one modelled
-    size); ``algorithm`` tree, ring, collnet_direct, collnet_chain, nvls, nvls_tree or pat;
-    ``protocol`` ll, ll128 or simple; ``channels`` -1 (NCCL's own count: the model's
-    bandwidth is the graph's, nccl.md §11); ``nNodes``/``nRanks`` the communicator;
-    ``numPipeOps`` and ``regBuff`` -1 (any).
+    ``min_bytes``/``max_bytes`` the inclusive range of NCCL's nBytes around the modelled
+    size (a factor of 2 either way, split at the geometric mean between two modelled sizes of
+    one communicator, so the ranges of a communicator never overlap); ``algorithm`` tree,
+    ring, collnet_direct, collnet_chain, nvls, nvls_tree or pat; ``protocol`` ll, ll128 or
+    simple; ``channels`` the count the model's bandwidth assumes (:func:`_channels`; never
+    -1, which makes the example plugin run the collective on one channel);
+    ``nNodes``/``nRanks`` the communicator; ``numPipeOps`` and ``regBuff`` -1 (any).
 
     Collectives (the sizes :mod:`costmodel.model` scores): TP (``tp > 1``) one all-reduce of a
     layer's activations ``b x s x h`` x activation bytes, or with sequence parallelism an
@@ -120,6 +122,7 @@ def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         "# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,"
         "numPipeOps,regBuff",
     ]
+    rows: list[tuple[str, str, int, int, int, str, str, int, float]] = []
     seen: set[tuple[str, int, int, int]] = set()
     for comment, name, nbytes, n, nn in calls:
         size = int(round(nbytes))
@@ -130,6 +133,52 @@ def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
                                    config.nccl_proto)
         algo = str(r.algo_names()[()])
         proto = str(r.proto_names()[()])
-        lines.append(_comment(f"{comment}: predicted {float(r.time_s) * 1e6:.1f} us"))
-        lines.append(f"{name},{size},{size},{names.get(algo, algo)},{proto},-1,{nn},{n},-1,-1")
+        rows.append((comment, name, size, n, nn, names.get(algo, algo), proto,
+                     _channels(system, algo, n, nn), float(r.time_s) * 1e6))
+    for comment, name, lo, hi, n, nn, algo, proto, ch, us, size in _ranges(rows):
+        # the example plugin reads 256-byte lines (MAX_LINE_LENGTH): keep comments short
+        lines.append(_comment(f"{comment}: {size} B, predicted {us:.1f} us with {ch} "
+                              "channels")[:254])
+        lines.append(f"{name},{lo},{hi},{algo},{proto},{ch},{nn},{n},-1,-1")
     return "\n".join(lines) + "\n"
+
+
+# A matched row covers its message size within this factor either way (bucket remainders,
+# padding and the last bucket of a stage differ from the modelled size), split at the
+# geometric mean where two modelled sizes of the same communicator are closer.
+_RANGE_FACTOR = 2.0
+
+
+def _channels(system, algo: str, n: int, nn: int) -> int:
+    """Channels NCCL runs the collective on in the model: the launched collective channels
+    (comm->nChannels, 2 x the ring graph) for Ring/Tree/PAT, the NVLS or CollNet graph's for
+    those. Always explicit: the example plugin sets 1 channel unless a row names a count."""
+    ppn = max(1, n // max(1, nn))
+    pattern = {"nvls": "nvls", "nvlstree": "nvls", "collnetdirect": "collnet",
+               "collnetchain": "collnet"}.get(algo)
+    if pattern is not None:
+        g = system.graph(pattern, ppn, nn).n_channels
+        if g > 0:
+            return int(g)
+    return max(1, int(system.coll_channels(ppn, nn)))
+
+
+def _ranges(rows):
+    """[lo, hi] byte ranges per row: disjoint within a (collective, ranks, nodes) group, each
+    around its size; sorted so that the plugin's first match is the nearest modelled size."""
+    out = []
+    groups: dict[tuple[str, int, int], list] = {}
+    for row in rows:
+        groups.setdefault((row[1], row[3], row[4]), []).append(row)
+    for (_, _, _), group in groups.items():
+        group.sort(key=lambda r: r[2])
+        sizes = [r[2] for r in group]
+        for i, (comment, name, size, n, nn, algo, proto, ch, us) in enumerate(group):
+            lo = max(0, int(size / _RANGE_FACTOR))
+            hi = int(size * _RANGE_FACTOR)
+            if i > 0:
+                lo = max(lo, int((sizes[i - 1] * size) ** 0.5) + 1)
+            if i + 1 < len(group):
+                hi = min(hi, int((sizes[i + 1] * size) ** 0.5))
+            out.append((comment, name, lo, hi, n, nn, algo, proto, ch, us, size))
+    return out

@@ -1,31 +1,10 @@
 """One collective through NCCL's own cost model: sizes, predictions, sweeps, crossovers.
 
-The library behind ``optimize nccl`` (contract.md section 1; the command is
-:mod:`optimizer.cli.nccl`, its output :mod:`optimizer.output.nccl_report`)::
-
-    optimize nccl --collective allreduce --size 1GiB --gpus 16 [--gpu KEY] [--gpus-per-node 8]
-                  [--cluster FILE|PRESET] [--algo A] [--proto P] [--json]
-    optimize nccl --collective allreduce --gpus 8 --sweep            # NCCL's pick by size
-    optimize nccl --nccl-tests all_reduce_perf.txt [--save-cluster OUT.yaml] ...   # calibrate
-    optimize nccl --tuner-csv RUN.yaml                   # NCCL example tuner plugin CSV
-
-Prints NCCL's choice of algorithm and protocol (the least predicted time over the pairs
-``NCCL_ALGO``/``NCCL_PROTO`` leave, nccl.md §4) and every runnable alternative with its time,
-algorithm bandwidth and bus bandwidth as nccl-tests defines them (nccl.md §6: ``algbw = S / t``,
-``busbw = algbw x factor``, GB/s = 1e9 B/s). ``--size`` is the nccl-tests ``S``: NCCL's nBytes
-for AllReduce, Broadcast, Reduce; the *total* (gathered) size for AllGather and ReduceScatter;
-the per-rank total for AllToAll; the per-rank message for SendRecv. AllToAll and SendRecv are
-point-to-point operations outside NCCL's table (nccl.md §7): one alternative, labelled
-``p2p``, with NCCL's P2P protocol (LL up to ``NCCL_P2P_LL_THRESHOLD`` = 16 KiB per peer, else
-Simple), and ``--algo``/``--proto`` do not apply to them.
-
-Sizes: plain bytes (``1048576``, ``1e9``), SI units (``64KB`` = 64 000 B, ``1GB`` = 1e9 B),
-binary units (``64KiB``, ``256MiB``, ``1GiB``) and the nccl-tests suffixes ``K``/``M``/``G``
-(binary, as in ``all_reduce_perf -e 8G``). The communicator is ``--gpus`` ranks on full nodes
-of ``--gpus-per-node`` (``--gpus`` below one node: one node).
-
-Bad input raises :class:`costmodel.errors.InputError` naming the flag (exit 2); forcing a pair
-NCCL cannot run is an error as in NCCL >= 2.24, with NCCL's reason.
+The library behind ``optimize nccl`` (contract.md section 1). What the command computes and
+prints -- the pick, the alternatives with algbw/busbw as nccl-tests defines them, what
+``--size`` means per collective, the size syntax, the errors -- is described once, in the
+docstring of the command's module :mod:`optimizer.cli.nccl`; the output is
+:mod:`optimizer.output.nccl_report`.
 """
 
 from __future__ import annotations

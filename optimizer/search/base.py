@@ -15,7 +15,6 @@ from costmodel.batch import ConfigBatch
 from search_spaces.space import SearchSpace, default_space, space_from_mapping
 
 CHUNK = 200_000  # configurations per vectorised call (bounds peak memory)
-NCCL_DIMS = {"nccl_algo": "algo", "nccl_proto": "proto"}  # dimension -> grammar kind
 
 
 @dataclass(frozen=True)
@@ -32,33 +31,12 @@ class SearchOutcome:
 
 def problem_space(problem, space: Mapping[str, Any] | SearchSpace | None) -> SearchSpace:
     """The space to search: ``space`` (a mapping of restrictions over the problem's default
-    space, or a :class:`SearchSpace`), its NCCL settings checked by the cost model's parser."""
+    space, or a :class:`SearchSpace`). Its values, NCCL settings included, are validated by
+    the space itself (each dimension's own grammar)."""
     if isinstance(space, SearchSpace):
-        sp = space
-    else:
-        sp = space_from_mapping(space, default_space(problem.model, problem.cluster,
-                                                     problem.training))
-    check_nccl_settings(sp)
-    return sp
-
-
-def check_nccl_settings(sp: SearchSpace) -> None:
-    """Every ``nccl_algo`` / ``nccl_proto`` value of the space through the parser scoring uses,
-    so that a value the space's own check lets through (``"allreduce:tree;ring"``: the second
-    entry names no collective) is refused here, naming ``space.nccl_algo``, before the space
-    is enumerated, not in the middle of scoring."""
-    for dim in NCCL_DIMS:
-        for value in getattr(sp, dim):
-            check_nccl_value(value, dim, f"space.{dim}")
-
-
-def check_nccl_value(value: str, dim: str, field: str) -> None:
-    """Raise InputError naming ``field`` unless the cost model's NCCL grammar
-    (:func:`costmodel.nccl_grammar.parse_nccl_setting`, what scoring reads) accepts ``value``
-    for ``dim`` (``nccl_algo`` or ``nccl_proto``)."""
-    from costmodel.nccl_grammar import parse_nccl_setting
-
-    parse_nccl_setting(value, NCCL_DIMS[dim], field)
+        return space
+    return space_from_mapping(space, default_space(problem.model, problem.cluster,
+                                                   problem.training))
 
 
 def score_batch(problem, batch: ConfigBatch, jobs: int = 1):

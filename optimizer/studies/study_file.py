@@ -341,7 +341,6 @@ def load_study_file(path: str | Path, *, allow_external_storage: bool = False) -
     duplicate keys are errors; JSON files (``.json``) are parsed as strict JSON.
     """
     from costmodel.loaders import load_model, read_document
-    from optimizer.search.base import check_nccl_settings
     from search_spaces.space import default_space, space_from_mapping
 
     p = expand_user(path, "study")
@@ -389,7 +388,6 @@ def load_study_file(path: str | Path, *, allow_external_storage: bool = False) -
     space_raw = _section(data, "space")
     try:
         space = space_from_mapping(space_raw or None, default_space(model, cluster, training))
-        check_nccl_settings(space)  # the cost model's NCCL grammar, at load time
     except InputError as e:
         raise _prefixed(e) from None
 

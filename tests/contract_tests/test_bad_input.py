@@ -11,7 +11,6 @@ YAML, no pickle/eval, relative paths); atomic writes are optimizer_tests/test_ou
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -47,14 +46,6 @@ def assert_bad(result: tuple[int, str, str], code: int, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
     return lines[0]
-
-
-def _has(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
-needs_studies = pytest.mark.skipif(not _has("optimizer.studies"),
-                                   reason="optimizer/studies.py not there yet")
 
 
 def write(path: Path, text: str) -> Path:
@@ -141,7 +132,6 @@ def test_infinite_memory_limit(capsys):
                "memory_limit_gib", "inf")
 
 
-@needs_studies
 def test_infinite_memory_limit_in_study(capsys, tmp_path):
     f = write(tmp_path / "s.yaml", "schema_version: 1\nname: t\nmodel: 7b\n"
               "cluster: {gpus: 8, gpu: a100-sxm-80gb}\nconstraints: {memory_limit_gib: .inf}\n")
@@ -306,12 +296,10 @@ def test_evaluate_missing_argument(capsys):
 
 
 # ==== study files ===========================================================================
-@needs_studies
 def test_missing_study_file(capsys, tmp_path):
     assert_bad(run_cli(capsys, "--study", tmp_path / "none.yaml"), 2, "study", "none.yaml")
 
 
-@needs_studies
 def test_binary_garbage_study(capsys, tmp_path):
     f = tmp_path / "s.yaml"
     shutil.copy(GARBAGE, f)
@@ -319,7 +307,6 @@ def test_binary_garbage_study(capsys, tmp_path):
     assert f.read_bytes() == GARBAGE.read_bytes()  # a failed run never touches the file
 
 
-@needs_studies
 def test_unknown_key_in_study(capsys, tmp_path):
     f = write(tmp_path / "s.yaml", "schema_version: 1\nname: t\nmodel: 7b\n"
               "cluster: {gpu: a100-sxm-80gb, num_nodes: 1, gpus_per_node: 8}\n"
@@ -330,7 +317,6 @@ def test_unknown_key_in_study(capsys, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]  # no storage created
 
 
-@needs_studies
 def test_unknown_sampler_in_study(capsys, tmp_path):
     f = write(tmp_path / "s.yaml", "schema_version: 1\nname: t\nmodel: 7b\n"
               "cluster: {gpu: a100-sxm-80gb, num_nodes: 1, gpus_per_node: 8}\n"
@@ -338,7 +324,6 @@ def test_unknown_sampler_in_study(capsys, tmp_path):
     assert_bad(run_cli(capsys, "--study", f), 2, "sampler", "'tpee'")
 
 
-@needs_studies
 def test_report_missing_study(capsys, tmp_path):
     assert_bad(run_cli(capsys, "report", "--study", tmp_path / "none.yaml"), 2, "study",
                "none.yaml")
@@ -360,7 +345,6 @@ def _tree(root: Path) -> dict[str, bytes]:
             if p.is_file()}
 
 
-@needs_studies
 def test_study_writes_only_its_storage_and_a_failed_run_changes_nothing(capsys, tmp_path,
                                                                         monkeypatch):
     work, sub = tmp_path / "cwd", tmp_path / "studies"
@@ -412,14 +396,12 @@ def test_nccl_setting_of_a_run_file_names_the_parallel_field(capsys, tmp_path):
     f = write(tmp_path / "run.yaml", RUN_TEMPLATE.format(
         model="llama-7b", nodes=2, per_node=8, tp=8, pp=1, dp=2, precision="bf16").replace(
         "precision: bf16}", "precision: bf16, nccl_algo: 'allreduce:tree;ring'}"))
-    # named by the optimizer's check ("parallel.nccl_algo: ...") or by the rules' NCCL gate
-    # ("parallel (nccl_gates): ... parallel.nccl_algo: ..."), whichever runs first
+    # ParallelConfig checks the grammar when the run file is read, before any rule
     line = assert_bad(run_cli(capsys, "evaluate", f), 2, "parallel.nccl_algo:",
                       "names no collective")
-    assert line.startswith("error: parallel")
+    assert line.startswith("error: parallel.nccl_algo:")
 
 
-@needs_studies
 def test_nccl_setting_of_a_study_space_names_the_study_field(capsys, tmp_path):
     f = write(tmp_path / "s.yaml", "schema_version: 1\nname: s\nmodel: llama-7b\n"
               "cluster: {gpus: 16, gpu: a100-sxm-80gb}\n"

@@ -365,3 +365,25 @@ def test_nesting_check_accepts_shallow_values(value):
     from costmodel.errors import check_nesting
 
     check_nesting("x", value)
+
+
+def test_yaml_depth_is_counted_in_the_one_load(monkeypatch):
+    # the composer counts the levels (aliases included), so YAML needs no second pass over
+    # the events nor a walk of the built document
+    from costmodel.errors import MAX_NESTING_DEPTH
+
+    def no_walk(*a, **k):
+        raise AssertionError("YAML documents are not walked again")
+
+    monkeypatch.setattr(loaders, "check_nesting", no_walk)
+    n = MAX_NESTING_DEPTH - 4  # the root mapping, then n lists, then the alias's 3 levels
+    ok = "x: &y [[[1]]]\nz: " + "[" * n + "*y" + "]" * n
+    assert loaders.parse_document(ok, field="f")["x"] == [[[1]]]
+    deep = "x: &y [[[1]]]\nz: " + "[" * (n + 1) + "*y" + "]" * (n + 1)
+    with pytest.raises(InputError, match="levels deep through an alias") as e:
+        loaders.parse_document(deep, field="f")
+    assert e.value.field == "f.z[0][0][0]"
+    with pytest.raises(InputError, match=f"more than {MAX_NESTING_DEPTH} levels"):
+        k = MAX_NESTING_DEPTH + 1
+        loaders.parse_document("{a: " * k + "1" + "}" * k, field="f")
+    loaders.parse_document("{a: " * MAX_NESTING_DEPTH + "1" + "}" * MAX_NESTING_DEPTH, field="f")

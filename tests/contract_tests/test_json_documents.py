@@ -5,7 +5,6 @@ output. The CLI runs in-process (``optimizer.cli.main``)."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import re
 
@@ -18,7 +17,6 @@ from costmodel.specs import NCCL_ALGOS, NCCL_PROTOS, PRECISIONS, RECOMPUTE, SCHE
 ARGS_65B = ["--model", "65b", "--gpus", "16"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ANSI = re.compile(r"\x1b\[")
-HAS_NCCL_CLI = importlib.util.find_spec("optimizer.cli.nccl") is not None
 
 
 def flag_values(argv: list[str]) -> dict[str, list[str]]:
@@ -156,8 +154,6 @@ def test_python_api_documents_validate():
     assert assert_valid(json.loads(json.dumps(e.value.payload)), "infeasible") == "infeasible"
 
 
-@pytest.mark.skipif(not HAS_NCCL_CLI, reason="optimizer.cli.nccl (optimize nccl, issue 4) is not "
-                                             "in the tree yet; its --json document is untested")
 def test_nccl_document_validates():
     doc = run_cli_json(["nccl", "--collective", "allreduce", "--size", "1GiB", "--gpus", "16"],
                        "nccl")

@@ -296,3 +296,48 @@ def test_a_preset_may_declare_a_domain(monkeypatch):
     assert load_cluster({"preset": "test-nvl72"}, default_gpus=2).domain_gpus == 2
     assert load_cluster({"preset": "test-nvl72", "gpus_per_node": 8,
                          "num_nodes": 2}).gpus_per_domain is None
+
+
+def test_start_residues_match_every_group_start() -> None:
+    """The arithmetic residues (no list of all groups) are those of the full start list, and
+    each representative is a real group start with that residue."""
+    from costmodel.layout import _offsets_and_starts, parse_axes, start_residues
+
+    layouts = [Layout(tp=2, cp=2, dp=4, pp=2), Layout(tp=4, ep=2, dp=2, pp=4),
+               Layout(tp=1, cp=3, dp=6, pp=2), Layout(tp=8, dp=16, pp=8),
+               Layout(tp=2, dp=4, pp=2, order="tp-cp-ep-pp-dp")]
+    for lay in layouts:
+        for axes in ("tp", "dp", "pp", "cp", "dp-cp", "tp-pp", "ep", "edp", "etp-ep"):
+            names = parse_axes(axes)
+            _, starts = _offsets_and_starts(lay, names)
+            for unit in (1, 2, 4, 8, 24, 72):
+                got = start_residues(lay, names, unit)
+                assert [r for r, _ in got] == sorted({s % unit for s in starts})
+                assert all(s in starts and s % unit == r for r, s in got)
+
+
+def test_result_documents_keep_the_nvlink_domain() -> None:
+    """optimizer.core.serialize writes gpus_per_domain when set (schema-valid), and the
+    domain comes back through the cluster loader; without a domain the key is absent, so
+    existing fingerprints stay valid."""
+    import json
+
+    from optimizer.core.serialize import cluster_to_dict
+    from optimizer.output.schemas import load_schema
+
+    rack = cluster(18, 4, domain=72, name="nvl72")
+    d = json.loads(json.dumps(cluster_to_dict(rack)))
+    assert d["gpus_per_domain"] == 72
+    props = load_schema()["$defs"]["cluster"]["properties"]
+    assert props["gpus_per_domain"]["$ref"] == "#/$defs/degree"
+    back = load_cluster({"name": d["name"], "num_nodes": d["num_nodes"],
+                         "gpus_per_node": d["gpus_per_node"],
+                         "gpus_per_domain": d["gpus_per_domain"], "gpu": "b200"})
+    assert back.domain_gpus == rack.domain_gpus == 72
+    assert "gpus_per_domain" not in cluster_to_dict(cluster(2, 8))
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = load_schema()
+    sub = {**schema["$defs"]["cluster"], "$defs": schema["$defs"]}
+    jsonschema.validate(d, sub)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**d, "gpus_per_domain": 0}, sub)

@@ -36,26 +36,57 @@ def test_forms_of_the_grammar():
     assert s.enabled("allreduce") == ("ll128",) and s.named("allreduce") == ("ll128",)
     assert parse_nccl_setting("collnet", "algo").enabled("allreduce") \
         == ("collnetdirect", "collnetchain")  # NCCL <= 2.13's single CollNet: both variants
-    assert parse_nccl_setting("ring;allreduce:^", "algo").enabled("allreduce") == ALGORITHMS
-
-
-def test_empty_pieces_are_skipped_as_strtok_does():
-    assert parse_nccl_setting("ring;", "algo").enabled("allreduce") == ("ring",)
-    assert parse_nccl_setting("ring,,tree,", "algo").enabled("reduce") == ("tree", "ring")
-    s = parse_nccl_setting(" ring ; allreduce : tree ;; ", "algo")
+    s = parse_nccl_setting("ring;allreduce:auto", "algo")  # one collective left to NCCL
+    assert s.enabled("allreduce") == ALGORITHMS and s.named("allreduce") == ()
+    assert s.enabled("reduce") == ("ring",)
+    assert s.entries[1] == NcclEntry("allreduce", True, ())  # rendered as NCCL's allreduce:^
+    s = parse_nccl_setting(" ring ; allreduce : tree ", "algo")  # spaces are ignored
     assert s.enabled("allreduce") == ("tree",) and s.enabled("reduce") == ("ring",)
+    s = parse_nccl_setting("Collnet,ring", "algo")  # the spelling is kept for renderers
+    assert s.entries[0].written == ("collnet", "ring")
+    assert s.entries[0].names == ("collnetdirect", "collnetchain", "ring")
+
+
+# The decisions of changelog-cost-model.md "grammar 2" (ebe5f60 -> main -> now):
+# a value that means nothing is an error naming the field, though NCCL's strtok skips it.
+@pytest.mark.parametrize("value, message", [
+    ("^", "empty list in"),                       # ebe5f60 exit 2, main exit 0, now exit 2
+    ("allreduce:^", "empty list for allreduce"),  # ebe5f60 exit 2, main exit 0; use :auto
+    ("ring;", "empty entry"),                     # ebe5f60 exit 2, main exit 0, now exit 2
+    ("ring;;allreduce:tree", "empty entry"),
+    (";ring", "empty entry"),
+    ("ring,,tree", "empty list item"),
+    ("ring,tree,", "empty list item"),
+    ("bcast:ring", "unknown collective 'bcast'"),  # NCCL knows only Broadcast
+])
+def test_values_that_mean_nothing_are_errors(value, message):
+    with pytest.raises(InputError) as e:
+        parse_nccl_setting(value, "algo", "space.nccl_algo")
+    assert e.value.field == "space.nccl_algo" and message in e.value.message, e.value
+
+
+def test_collnetdirect_is_an_nccl_name_everywhere():
+    # ebe5f60: the space refused it (its vocabulary said only 'collnet'), `optimize nccl`
+    # took it; now one grammar: both take it (the launch flags render CollNetDirect)
+    assert parse_nccl_setting("collnetdirect", "algo").enabled("allreduce") == ("collnetdirect",)
+
+
+@pytest.mark.parametrize("value", [["ring"], {"ring": 1}, 3, None])
+def test_a_value_of_the_wrong_type_is_an_input_error_not_a_type_error(value):
+    with pytest.raises(InputError) as e:
+        parse_nccl_setting(value, "algo", "parallel.nccl_algo")
+    assert e.value.field == "parallel.nccl_algo"
 
 
 @pytest.mark.parametrize("value, kind, message, hint", [
     # the issue's example: passed the search space, then failed inside scoring
     ("allreduce:tree;ring", "algo", "names no collective", "only the first entry"),
     ("ring;tree", "algo", "given twice", "only the first entry"),
-    (";ring", "algo", "names no collective", "first entry"),
     ("rign", "algo", "unknown token 'rign'", "ring"),
     ("allreduce:tree;allgathr:ring", "algo", "unknown collective 'allgathr'", "allgather"),
     ("allreduce:ring;allreduce:tree", "algo", "allreduce is given twice", None),
-    ("allreduce:", "algo", "empty list for allreduce", "'^' for all"),
-    ("allreduce:auto", "algo", "unknown token 'auto'", "stands alone"),
+    ("allreduce:", "algo", "empty list for allreduce", "allreduce:auto"),
+    ("allreduce:ring,auto", "algo", "unknown token 'auto'", "stands alone"),
     ("simpel", "proto", "unknown token 'simpel'", "simple"),
     ("collnet", "proto", "unknown token 'collnet'", None),
     (";", "proto", "empty value", "auto"),

@@ -111,7 +111,7 @@ DELETE = object()
 INT_JUNK = ["-1", "0", "abc", "1.5", "", " ", "1e3", "0x10", "9" * 40, "nan"]
 INT_FLAGS = {"--gpus": "gpus", "--gpus-per-node": "gpus_per_node", "--seq-length": "seq_length",
              "--global-batch-size": "global_batch_size", "--trials": "trials",
-             "--jobs": "jobs", "--batch-size": "batch_size", "--seed": "seed"}
+             "--jobs": "jobs", "--trials-per-batch": "trials_per_batch", "--seed": "seed"}
 for flag, field in INT_FLAGS.items():
     for i, v in enumerate(INT_JUNK):
         if flag == "--seed" and v == "0":
@@ -135,8 +135,8 @@ for i, v in enumerate([str(2**63), str(2**40), str(10**30)]):
     add(f"flag--seq-length-huge-{i}", "seq_length", ["--model", "7b", *BASE, "--seq-length", v])
     add(f"flag--trials-huge-{i}", "trials",
         ["--model", "7b", *BASE, "--sampler", "random", "--trials", v])
-    add(f"flag--batch-size-huge-{i}", "batch_size",
-        ["--model", "7b", *BASE, "--sampler", "random", "--trials", "4", "--batch-size", v])
+    add(f"flag--trials-per-batch-huge-{i}", "trials_per_batch",
+        ["--model", "7b", *BASE, "--sampler", "random", "--trials", "4", "--trials-per-batch", v])
     add(f"flag--jobs-huge-{i}", "jobs", ["--model", "7b", *BASE, "--jobs", v])
     add(f"flag--gpus-per-node-huge-{i}", "gpus_per_node",
         ["--model", "7b", "--gpus", "8", "-q", "--gpus-per-node", v])

@@ -84,9 +84,12 @@ def test_megatron_golden_llama65b_tp4_pp4():
         "--make-vocab-size-divisible-by", "128",
         "--swiglu",
         "--normalization", "RMSNorm",
+        "--norm-epsilon", "1e-06",  # LLaMA 1 rms_norm_eps (Megatron's default is 1e-5)
         "--position-embedding-type", "rope",
+        "--rotary-base", "10000",
         "--untie-embeddings-and-output-weights",
         "--disable-bias-linear",
+        "--attention-dropout", "0", "--hidden-dropout", "0",  # Megatron defaults to 0.1
         "--bf16",
     ]
 
@@ -121,12 +124,18 @@ def test_uneven_pipeline_split_flags():
     assert value(args, "--decoder-first-pipeline-num-layers") == "4"
     assert value(args, "--decoder-last-pipeline-num-layers") == "4"
     ds = deepspeed_config(model, six, TRAIN, config)
-    assert ds["pipeline"]["partition"] == "type:transformer|embedding"
+    assert "pipeline" not in ds  # stages/partition are read by nothing in DeepSpeed
+    tt = torchtitan_args(model, six, TRAIN, config)
+    # torchtitan: 7 layers per stage, the first and last count 3 "less layers" each
+    assert value(tt, "--parallelism.pipeline_parallel_layers_per_stage") == "7"
+    assert value(tt, "--parallelism.pipeline_parallel_first_stage_less_layers") == "3"
+    assert value(tt, "--parallelism.pipeline_parallel_last_stage_less_layers") == "3"
     assert any("uneven pipeline split" in w for w in launch_warnings(config, model=model))
     # an even split keeps Megatron's default and DeepSpeed's uniform partition
     even = megatron_args(LLAMA_65B, CLUSTER, TRAIN, BASE)
     assert "--decoder-first-pipeline-num-layers" not in even
-    assert deepspeed_config(LLAMA_65B, CLUSTER, TRAIN, BASE)["pipeline"]["partition"] == "uniform"
+    assert "--parallelism.pipeline_parallel_first_stage_less_layers" in torchtitan_args(
+        LLAMA_65B, CLUSTER, TRAIN, BASE)
     # no split gives 5 layers' first and last stage one each on 4 stages
     five = ModelSpec("m5", num_layers=5, hidden_size=1024, num_attention_heads=16,
                      ffn_hidden_size=4096, vocab_size=32000)
@@ -194,7 +203,7 @@ def test_megatron_recompute(recompute, expected):
 @pytest.mark.parametrize(("precision", "expected"), [
     ("bf16", ["--bf16"]),
     ("fp16", ["--fp16"]),
-    ("fp8", ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "delayed"]),
+    ("fp8", ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]),
     ("fp32", []),
     ("tf32", []),
 ])
@@ -286,8 +295,12 @@ def test_deepspeed_indivisible_batch_is_input_error():
 def test_deepspeed_blocks():
     ds = deepspeed_config(LLAMA_65B, CLUSTER, TRAIN, BASE)
     assert ds["bf16"] == {"enabled": True} and "fp16" not in ds
-    assert ds["pipeline"]["stages"] == 4
-    assert ds["tensor_parallel"] == {"autotp_size": 4}
+    # pp > 1: Megatron-DeepSpeed's own TP/PP; no pipeline keys DeepSpeed would not read
+    assert "pipeline" not in ds and "tensor_parallel" not in ds
+    one = deepspeed_config(LLAMA_65B, CLUSTER, TRAIN, cfg(tp=4, pp=1, dp=4))
+    assert one["tensor_parallel"] == {"autotp_size": 4}  # AutoTP without a pipeline
+    full = deepspeed_config(LLAMA_65B, CLUSTER, TRAIN, cfg(recompute="full"))
+    assert full["pipeline"] == {"activation_checkpoint_interval": 1}
     assert ds["zero_optimization"] == {"stage": 0}
     assert ds["gradient_clipping"] == 1.0
     assert "activation_checkpointing" not in ds
@@ -329,8 +342,13 @@ def test_torchtitan_golden_values():
     assert value(a, "--training.global_batch_size") == "1024"
     # with PP the local batch (per DP rank) is gbs/dp = 1024, split into 1024 microbatches
     assert value(a, "--training.local_batch_size") == "1024"
-    assert value(a, "--activation_checkpoint.mode") == "none"
+    assert a[-1] == "activation_checkpoint:none"  # a tyro subcommand in torchtitan 0.3
     assert "--parallelism.no_enable_sequence_parallel" in a
+    assert "--training.disable_cuda_graphs" in a  # CUDA graphs refuse pipelines
+    assert a[:4] == ["--module", "paraplan_torchtitan", "--config", "paraplan"]
+    # 80 layers on 4 stages: 20 each, no embedding/output weights
+    assert value(a, "--parallelism.pipeline_parallel_layers_per_stage") == "20"
+    assert value(a, "--parallelism.pipeline_parallel_first_stage_less_layers") == "0"
 
 
 @pytest.mark.parametrize(("zero", "shard", "replicate"), [(0, 1, 4), (1, 1, 4), (3, 4, 1)])
@@ -364,7 +382,12 @@ def test_torchtitan_without_pipeline_accumulates():
                                                        sequence_parallel=True))
     assert value(a, "--training.local_batch_size") == "2"
     assert "--parallelism.pipeline_parallel_schedule" not in a
-    assert value(a, "--activation_checkpoint.mode") == "selective"
+    assert a[-1] == "activation_checkpoint:selective"
+    # ... but torchtitan's SAC is not the selective recompute scored: the bundle says so
+    c = cfg(tp=2, pp=1, dp=8, micro_batch_size=2, recompute="selective", sequence_parallel=True)
+    b = launch_bundle(LLAMA_65B, CLUSTER, TRAIN, c)
+    assert not b["targets"]["torchtitan"]["supported"]
+    assert any("selective" in r for r in b["targets"]["torchtitan"]["reasons"])
     assert "--parallelism.enable_sequence_parallel" in a
 
 
@@ -493,7 +516,9 @@ def test_config_warnings():
 # ------------------------------------------------------------------------------ bundle
 def test_launch_bundle_shape_and_json():
     b = launch_bundle(LLAMA_65B, CLUSTER, TRAIN, BASE)
-    assert set(b) == {"megatron_args", "deepspeed_config", "torchtitan_args", "env", "warnings"}
+    assert set(b) == {"megatron_args", "deepspeed_config", "torchtitan_args", "torchtitan_config",
+                      "env", "warnings", "targets"}
+    assert all(t["supported"] for t in b["targets"].values())
     assert b["megatron_args"] == megatron_args(LLAMA_65B, CLUSTER, TRAIN, BASE)
     assert json.loads(json.dumps(b)) == b
     assert b["warnings"] == []  # default config, whole cluster: nothing to say
@@ -559,7 +584,7 @@ def test_k8s_manifest_shape():
     for role in ("Master", "Worker"):
         (container,) = specs[role]["template"]["spec"]["containers"]
         assert container["name"] == "pytorch"
-        assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"  # a quantity string
         assert {"name": "CUDA_DEVICE_MAX_CONNECTIONS", "value": "1"} in container["env"]
         assert value(container["args"], "--tensor-model-parallel-size") == "4"
         assert value(container["args"], "--nnodes") == "2"
@@ -575,3 +600,95 @@ def test_k8s_single_node_has_no_workers_and_yaml_round_trips():
     four = k8s_yaml(LLAMA_65B, ClusterSpec("4n", 4, 8, A100), TRAIN, cfg(pp=8))
     assert "&id" not in four and yaml.safe_load(four)["spec"]["pytorchReplicaSpecs"][
         "Worker"]["replicas"] == 3
+
+
+# ------------------------------------------------------------------------ model definition
+def _catalog(name):
+    from costmodel.models_catalog import get_model
+
+    return get_model(name)
+
+
+@pytest.mark.parametrize(("name", "base", "eps", "scaling"), [
+    ("llama-7b", "10000", "1e-06", False), ("llama2-70b", "10000", "1e-05", False),
+    ("llama3-8b", "500000", "1e-05", False), ("llama3-405b", "500000", "1e-05", True)])
+def test_megatron_rotary_base_epsilon_and_rope_scaling(name, base, eps, scaling):
+    m = _catalog(name)
+    cl = ClusterSpec("big", 128, 8, H100)
+    args = megatron_args(m, cl, TrainingSpec(4096, 1024), cfg(tp=8, pp=2, dp=1))
+    assert value(args, "--rotary-base") == base and value(args, "--norm-epsilon") == eps
+    assert ("--use-rope-scaling" in args) == scaling
+    if scaling:
+        assert value(args, "--rope-scaling-factor") == "8"
+    assert value(args, "--attention-dropout") == value(args, "--hidden-dropout") == "0"
+
+
+def test_megatron_dropout_follows_the_scored_training():
+    args = megatron_args(LLAMA_65B, CLUSTER, TrainingSpec(2048, 1024, dropout=True), BASE)
+    assert value(args, "--attention-dropout") == value(args, "--hidden-dropout") == "0.1"
+
+
+def test_megatron_learned_positions_have_no_rotary_flags():
+    args = megatron_args(GPT_1B, CLUSTER, TRAIN, BASE)
+    assert value(args, "--position-embedding-type") == "learned_absolute"
+    assert "--rotary-base" not in args
+
+
+def test_megatron_fsdp_checkpoint_format_and_fp8_recipe_by_gpu():
+    args = megatron_args(LLAMA_65B, CLUSTER, TRAIN, cfg(tp=1, pp=1, dp=16, zero_stage=3))
+    assert value(args, "--ckpt-format") == "fsdp_dtensor"
+    blackwell = ClusterSpec("b", 2, 8, B200)
+    args = megatron_args(LLAMA_65B, blackwell, TRAIN, cfg(precision="fp8"))
+    assert value(args, "--fp8-recipe") == "mxfp8" and value(args, "--fp8-format") == "e4m3"
+
+
+def test_tf32_sets_the_pytorch_override():
+    env = launch_env(CLUSTER, cfg(precision="tf32"))
+    assert env["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] == "1"
+    assert "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE" not in launch_env(CLUSTER, BASE)
+
+
+def test_encoder_targets_pretrain_bert():
+    b = launch_bundle(_catalog("bert-large"), CLUSTER, TrainingSpec(512, 1024), cfg(tp=1, pp=1,
+                                                                                 dp=16))
+    assert b["targets"]["megatron"]["script"] == "pretrain_bert.py"
+    assert any("encoder" in w for w in b["warnings"])
+    assert not b["targets"]["torchtitan"]["supported"]
+
+
+def test_alibi_model_is_refused_by_megatron():
+    bloom = ModelSpec("bloom-like", num_layers=4, hidden_size=1024, num_attention_heads=16,
+                      ffn_hidden_size=4096, vocab_size=250880, linear_bias=True,
+                      normalization="layernorm", tied_embeddings=True,
+                      source="Hugging Face config.json (model_type 'bloom')")
+    b = launch_bundle(bloom, CLUSTER, TRAIN, cfg(tp=1, pp=1, dp=16))
+    assert b["megatron_args"] == [] and not b["targets"]["megatron"]["supported"]
+    assert any("ALiBi" in w for w in b["warnings"])
+
+
+def test_hf_defaults_are_flagged_as_not_read_from_the_checkpoint():
+    from optimizer.launch.model_facts import model_facts
+
+    qwen = ModelSpec("qwen3-x", num_layers=4, hidden_size=1024, num_attention_heads=16,
+                     ffn_hidden_size=4096, vocab_size=151936, gated_mlp=True,
+                     source="Hugging Face config.json (model_type 'qwen3')")
+    facts = model_facts(qwen)
+    assert facts.qk_norm and not facts.exact
+    assert "--qk-layernorm" in megatron_args(qwen, CLUSTER, TRAIN, cfg(tp=1, pp=1, dp=16))
+    w = launch_warnings(cfg(tp=1, pp=1, dp=16), model=qwen)
+    assert any("check them against the checkpoint" in x for x in w)
+
+
+def test_deepspeed_pipeline_with_zero2_is_marked_unsupported():
+    b = launch_bundle(LLAMA_65B, CLUSTER, TRAIN, cfg(tp=2, pp=2, dp=4, zero_stage=2))
+    assert not b["targets"]["deepspeed"]["supported"]
+    assert b["targets"]["megatron"]["supported"]
+
+
+def test_torchtitan_config_module_carries_the_model():
+    src = launch_bundle(_catalog("llama3-405b"), ClusterSpec("big", 128, 8, H100),
+                        TrainingSpec(4096, 1024), cfg(tp=8, pp=16, dp=8, zero_stage=3,
+                                                      precision="fp8"))["torchtitan_config"]
+    compile(src, "paraplan_torchtitan.py", "exec")
+    assert "'rope_theta': 500000.0" in src and "'rope_scaling': 'llama'" in src
+    assert "FLOAT8 = True" in src and "'n_layers': 126" in src

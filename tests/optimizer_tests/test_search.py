@@ -327,9 +327,10 @@ def test_seeded_tpe_from_the_command_line_twice_gives_identical_fronts():
 @pytest.mark.parametrize("space", [{"nccl_algo": ("ring", "allreduce:tree;ring")},
                                    {"nccl_proto": ("allreduce:ll;simple",)}])
 def test_nccl_settings_are_checked_by_the_scoring_parser(p65, space):
-    """A value the space accepts but costmodel.collectives.parse_nccl_spec (what scoring uses)
-    rejects fails in problem_space, naming the space field, for mappings and SearchSpaces."""
+    """The space and ParallelConfig check NCCL values with the grammar scoring reads
+    (costmodel.nccl_grammar), naming their own field."""
     from costmodel.errors import InputError
+    from costmodel.specs import ParallelConfig
     from search_spaces.space import SearchSpace
 
     problem, _, base, _ = p65
@@ -338,5 +339,8 @@ def test_nccl_settings_are_checked_by_the_scoring_parser(p65, space):
         search.problem_space(problem, space)
     assert e.value.field == f"space.{dim}"
     with pytest.raises(InputError) as e:
-        search.problem_space(problem, SearchSpace(**{**base.as_dict(), **space}))
+        SearchSpace(**{**base.as_dict(), **space})
     assert e.value.field == f"space.{dim}"
+    with pytest.raises(InputError, match="names no collective") as e:
+        ParallelConfig(**{dim: space[dim][-1]})
+    assert e.value.field == f"parallel.{dim}"

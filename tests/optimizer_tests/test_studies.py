@@ -1,4 +1,4 @@
-"""Study files (optimizer/studies.py): schema validation, run/resume, report, shipped studies."""
+"""Study files (optimizer/studies/study_file.py): schema validation, run/resume, report, shipped studies."""
 
 from __future__ import annotations
 
