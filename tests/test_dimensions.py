@@ -221,7 +221,7 @@ def test_cli_flags_are_generated() -> None:
     # pinned, not generated: the flags' dimensions in the space's order
     assert [v[0] for v in SPACE_FLAGS.values()] == [
         "tp", "pp", "micro_batch_size", "precision", "recompute", "sequence_parallel",
-        "zero_stage", "schedule", "virtual_stages", "nccl_algo", "nccl_proto"]
+        "zero_stage", "schedule", "virtual_stages", "nccl_algo", "nccl_proto", "ep", "etp"]
     dim, parse, text, metavar = SPACE_FLAGS["zero-stage"]
     assert parse("0, 1") == (0, 1) and "valid: 0, 1, 2, 3" in text and "default space: 0, 1" in text
     assert SPACE_FLAGS["nccl-algo"][1]("ring,tree") == ("ring,tree",)
@@ -264,7 +264,7 @@ def test_optuna_encoding_tokens() -> None:
 
 _BAD = {"tp": 0, "pp": 0, "dp": 0, "micro_batch_size": 0, "precision": "bf61",
         "recompute": "nope", "sequence_parallel": 3, "zero_stage": 9, "schedule": "x",
-        "virtual_stages": 0, "nccl_algo": "rign", "nccl_proto": "simpel"}
+        "virtual_stages": 0, "nccl_algo": "rign", "nccl_proto": "simpel", "ep": 0, "etp": 0}
 
 
 @pytest.mark.parametrize(("kw", "field"), [
