@@ -282,7 +282,7 @@ class ModelSpec:
     source: str = ""
     moe: MoESpec | None = None  # Mixture-of-Experts layers (None: dense)
     mla: MLASpec | None = None  # multi-head latent attention (None: MHA/GQA)
-    qk_norm: bool = False  # RMSNorm on each query and key head (Qwen3): 2 d_h per layer
+    qk_norm: bool | None = None  # RMSNorm on each q and k head (Qwen3): 2 d_h; None: unknown
     attention_sinks: bool = False  # a learned logit per head (GPT-OSS): a per layer
 
     def __post_init__(self) -> None:
@@ -316,7 +316,8 @@ class ModelSpec:
         _set(self, "normalization", _choice(s, "normalization", self.normalization,
                                             ("rmsnorm", "layernorm")))
         for name in ("qk_norm", "attention_sinks"):
-            _set(self, name, _bool(s, name, getattr(self, name)))
+            if getattr(self, name) is not None:
+                _set(self, name, _bool(s, name, getattr(self, name)))
         if self.moe is not None:
             if not isinstance(self.moe, MoESpec):
                 raise InputError("model.moe", "must be a MoE mapping")

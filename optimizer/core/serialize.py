@@ -11,7 +11,7 @@ from costmodel.specs import ClusterSpec, GPUSpec, ModelSpec
 
 #: ModelSpec fields added with MoE/MLA, written only when set: a dense model's document and
 #: fingerprint stay what they were
-_OPTIONAL_MODEL_FIELDS = {"moe": None, "mla": None, "qk_norm": False, "attention_sinks": False}
+_OPTIONAL_MODEL_FIELDS = {"moe": None, "mla": None, "qk_norm": None, "attention_sinks": False}
 
 
 def model_to_dict(model: ModelSpec) -> dict[str, Any]:

@@ -800,7 +800,7 @@ def moe_model_spec(spec: ModelSpec, model: Mapping[str, Any]) -> ModelSpec:
         return replace(spec, moe=MoESpec(**moe), mla=mla_block(model), gated_mlp=True,
                        tied_embeddings=False, learned_position_embeddings=False,
                        max_position_embeddings=None, normalization="rmsnorm",
-                       linear_bias=oss, attention_sinks=oss, qk_norm="qwen3" in name)
+                       linear_bias=oss, attention_sinks=oss, qk_norm=True if "qwen3" in name else None)
     except InputError as e:
         raise SkipEntry(f"model.moe rejected: {e}") from None
 
