@@ -172,8 +172,44 @@ def layer_forward_flops(model: ModelSpec, seq_length: int, micro_batch, tp) -> L
     h, d, a, g, f = (model.hidden_size, model.head_dim, model.num_attention_heads,
                      model.num_kv_heads, model.ffn_hidden_size)
     c = 3.0 if model.gated_mlp else 2.0
+    if getattr(model, "moe", None) is not None or getattr(model, "mla", None) is not None:
+        return _moe_mla_layer_flops(model, s, b, t)
     gemm = 2.0 * b * s * (2.0 * h * d * (a + g) + c * h * f) / t
     attn = 4.0 * b * s * s * a * d / t
+    return LayerFlops(gemm, attn)
+
+
+def active_layer_gemm_params(model) -> float:
+    """GEMM parameters a token meets per layer, averaged over the layers (MFU on active
+    parameters: routed experts count k of E; the router counts)."""
+    m = model.moe
+    h = model.hidden_size
+    attn = model.attention_params
+    g = 3 if model.gated_mlp else 2
+    dense = model.dense_layers * (attn + g * h * model.ffn_hidden_size)
+    moe = model.moe_layers * (attn + g * h * (m.top_k * m.expert_ffn_hidden_size
+                                               + m.shared_ffn_hidden_size)
+                              + h * m.num_experts)
+    return (dense + moe) / model.num_layers
+
+
+def _moe_mla_layer_flops(model: ModelSpec, s: float, b, t) -> LayerFlops:
+    """A MoE and/or MLA model's layer, averaged over its layers: 2 FLOPs per token per GEMM
+    parameter it meets (routed experts k of E, shared experts, router; MLA's projections)
+    and the attention core 2 s^2 a (d_qk + d_v) (MLM training.py; d_qk = d_v = d_h: the
+    dense 4 s^2 a d_h)."""
+    h, a = model.hidden_size, model.num_attention_heads
+    if model.moe is not None:
+        params = active_layer_gemm_params(model)
+    else:
+        params = model.attention_params + (3 if model.gated_mlp else 2) * h * \
+            model.ffn_hidden_size
+    if model.mla is not None:
+        dqk, dv = model.mla.qk_head_dim, model.mla.v_head_dim
+    else:
+        dqk = dv = model.head_dim
+    gemm = 2.0 * b * s * params / t
+    attn = 2.0 * b * s * s * a * (dqk + dv) / t
     return LayerFlops(gemm, attn)
 
 

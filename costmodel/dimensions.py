@@ -111,6 +111,10 @@ class Dimension:
     # the studies of problems that never use it keep their names (see in_fingerprint)
     new: bool = False
     name: str = ""
+    #: left out of config and space documents (and so fingerprints) at its default, and its
+    #: front-table column shown only when a point leaves the default: ``ep`` and ``etp``,
+    #: which dense problems never leave at 1
+    omit_default: bool = False
 
     def in_fingerprint(self, values: Sequence[Any]) -> bool:
         """Whether a space listing ``values`` for this dimension names it in its
@@ -349,10 +353,39 @@ def default_precision(model: Any, cluster: Any, training: Any) -> tuple[str]:
                  next(iter(cluster.gpu.peak_flops_per_s))),)
 
 
+def _powers_of_two_dividing(n: int, cap: int) -> list[int]:
+    return [1 << k for k in range(max(cap, 1).bit_length()) if (1 << k) <= cap
+            and n % (1 << k) == 0]
+
+
+def default_ep(model: Any, cluster: Any, training: Any) -> list[int]:
+    """1 for dense models; for MoE, powers of two dividing the routed experts up to the
+    NVLink domain and the GPUs (the ep_within_domain rule keeps EP x ETP inside it)."""
+    moe = getattr(model, "moe", None)
+    if moe is None:
+        return [1]
+    cap = min(moe.num_experts, cluster.num_gpus, max(cluster.domain_gpus, 1))
+    return _powers_of_two_dividing(moe.num_experts, cap)
+
+
+def default_etp(model: Any, cluster: Any, training: Any) -> list[int]:
+    """1 for dense models; for MoE 1, 2, 4, 8 up to gpus_per_node (the MoE README prefers
+    etp = 1 for fine-grained experts; etp <= tp is a rule)."""
+    if getattr(model, "moe", None) is None:
+        return [1]
+    return [e for e in (1, 2, 4, 8) if e <= cluster.gpus_per_node
+            and model.moe.expert_ffn_hidden_size % e == 0]
+
+
 # --------------------------------------------------------------------------------------------
 # Optuna tokens and table formats of the joint parameters / columns
-def layout_token(tp: int, pp: int) -> str:
-    return f"tp{tp}_pp{pp}"
+def layout_token(tp: int, pp: int, ep: int = 1, etp: int = 1) -> str:
+    """The joint layout parameter's token; ep and etp are named only when not 1, so dense
+    studies keep their tokens."""
+    tok = f"tp{tp}_pp{pp}"
+    if ep != 1 or etp != 1:
+        tok += f"_ep{ep}_etp{etp}"
+    return tok
 
 
 def schedule_token(schedule: str, virtual_stages: int) -> str:
@@ -386,7 +419,8 @@ def yes_dash(value: Any, cfg: Mapping[str, Any]) -> str:
 __all__ = [
     "BOOL", "CHOICE", "DEFAULT_MICRO_BATCH_SIZES", "INT", "KINDS", "STRING", "Column",
     "CP_MAX_DEFAULT", "CP_MIN_LOCAL_TOKENS", "CP_MIN_SEQUENCE", "Dimension", "OptunaParam",
-    "cp_comm_label", "default_cp", "default_cp_comm_types", "default_micro_batch_sizes", "default_pp", "default_precision",
+    "cp_comm_label", "default_cp", "default_cp_comm_types", "default_ep", "default_etp",
+    "default_micro_batch_sizes", "default_pp", "default_precision",
     "default_tp", "dim", "dimensions_of", "joint_order", "joint_tokens", "layout_token",
     "nccl_label", "optuna_params", "schedule_label", "schedule_token", "searched",
     "stage_plan_label", "yes_dash",

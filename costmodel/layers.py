@@ -143,6 +143,8 @@ def attention_block(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, dev
     tokens = sh.tokens
     lin = [Kernel("qkv", GEMM, tokens, (a + 2 * g) * hd / t, h),
            Kernel("proj", GEMM, tokens, h, a * hd / t)]
+    if model.mla is not None:
+        lin = _mla_linears(sh, model)
     if training.flash_attention:
         # with CP the rank's query chunks (b s / c tokens) attend to the whole causal key
         # range, balanced over 2c chunks: 1/c of the attention FLOPs (costmodel.cp)
@@ -151,7 +153,8 @@ def attention_block(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, dev
         # built for head dimensions in steps of 32 (FlashAttention-2: 32..256), so others run
         # padded to the next one
         square = 0.5 if model.causal else 1.0  # causal kernels skip the masked half
-        pad = np.ceil(hd / 32.0) * 32.0 / hd
+        hd_k = hd if model.mla is None else float(model.mla.qk_head_dim)
+        pad = np.ceil(hd_k / 32.0) * 32.0 / hd_k
         core = [Kernel("attn", ATTENTION, flops=square * pad * lf.attention_flops),
                 Kernel("attn.bwd", ATTENTION, backward_of="attn")]
         # selective recompute checkpoints the core attention even when it is fused in
@@ -175,6 +178,23 @@ def attention_block(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, dev
 def _local_samples(sh: Shard):
     """b where cp = 1 (exactly), b / c where context parallelism splits the sequence."""
     return np.where(sh.cp_ranks > 1, sh.local_samples, sh.micro_batch)
+
+
+def _mla_linears(sh: Shard, model: ModelSpec) -> list[Kernel]:
+    """MLA's linears (modern-training.md 2.6; Megatron MLASelfAttention): the q and joint kv
+    down-projections (replicated over TP: ``linear_q_down_proj``, ``linear_kv_down_proj``),
+    their column-parallel up-projections (``qkv`` is the q up-projection, the layer's TP
+    overlap window as for dense QKV), the output projection over a heads of v_head_dim."""
+    la, t, h, a, tokens = model.mla, sh.tp, sh.hidden, sh.heads, sh.tokens
+    q_in = float(la.q_lora_rank or h)
+    kv = float(la.kv_lora_rank)
+    lin = [Kernel("qkv", GEMM, tokens, a * la.qk_head_dim / t, q_in),
+           Kernel("proj", GEMM, tokens, h, a * la.v_head_dim / t),
+           Kernel("mla.kv_down", GEMM, tokens, kv + la.qk_rope_head_dim, h),
+           Kernel("mla.kv_up", GEMM, tokens, a * (la.qk_nope_head_dim + la.v_head_dim) / t, kv)]
+    if la.q_lora_rank is not None:
+        lin.append(Kernel("mla.q_down", GEMM, tokens, q_in, h))
+    return lin
 
 
 def _unfused_core(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, dev: Device,
@@ -503,16 +523,22 @@ def cp_collectives(sh: Shard, dev: Device) -> OpTable:
 
 
 def layer_tables(model: ModelSpec, training: TrainingSpec, fw, dev: Device, sh: Shard, rc,
-                 fallback) -> tuple[OpTable, ...]:
-    """The dense layer's op table (attention + MLP + element-wise), its TP collectives, the
-    embedding / head table and, with context parallelism, its CP communication."""
+                 fallback, batch=None) -> tuple[OpTable, ...]:
+    """The layer's op table (attention + MLP + element-wise; a MoE model's averaged over its
+    dense and MoE layers), its TP collectives, the embedding / head table and, with context
+    parallelism, its CP communication."""
+    if model.moe is not None:
+        return _moe_layer_tables(model, training, fw, dev, sh, rc, fallback, batch) + \
+            _cp_tables(sh, dev)
     layer = (attention_block(sh, model, training, fw, dev, fallback) + mlp_block(sh)
              + layer_memory_ops(sh, model, training, fw, dev))
-    out = (layer, tp_collectives(sh, dev, rc),
-           embedding_table(sh, fw, dev, float(model.params_per_layer)))
-    if np.any(np.asarray(sh.cp_ranks) > 1):
-        out += (cp_collectives(sh, dev),)
-    return out
+    return (layer, tp_collectives(sh, dev, rc),
+            embedding_table(sh, fw, dev, float(model.params_per_layer))) + _cp_tables(sh, dev)
+
+
+def _cp_tables(sh: Shard, dev: Device) -> tuple[OpTable, ...]:
+    """The CP communication table where a configuration uses context parallelism, else none."""
+    return (cp_collectives(sh, dev),) if np.any(np.asarray(sh.cp_ranks) > 1) else ()
 
 
 def _cp_axes(sh: Shard, cp_nodes) -> dict[str, Axis]:
@@ -539,6 +565,31 @@ def cp_costs(times, sh: Shard, rc, fw, eff: Efficiency, act_bytes
     return cf, cb, np.where(again, cf, 0.0), cp_buffer_bytes(sh, act_bytes)
 
 
+def _moe_layer_tables(model: ModelSpec, training: TrainingSpec, fw, dev: Device, sh: Shard,
+                      rc, fallback, batch) -> tuple[OpTable, OpTable, OpTable]:
+    """A MoE model's layer, averaged over its layers (``frac`` of them MoE): attention and
+    element-wise as dense (the element-wise FFN term on the dense layers' share), the dense
+    MLP's rows ``1 - frac`` times, the MoE block's (:mod:`costmodel.moe`) ``frac`` times."""
+    from costmodel import moe as moe_ops
+
+    ms = moe_ops.moe_shape(model, training, batch, sh.tokens, sh.tp)
+    frac = ms.frac
+    dense_sh = replace(sh, ffn=(1.0 - frac) * sh.ffn, up=(1.0 - frac) * sh.up)
+    mlp = mlp_block(sh)
+    mlp = OpTable("mlp", mlp.kernels, tuple(
+        op._replace(repeat=(1.0 if op.repeat is None else op.repeat) * (1.0 - frac))
+        for op in mlp.ops))
+    kerns, rows = moe_ops.moe_kernels(model, sh, ms, dev.act_bytes)
+    ops = tuple(Op(n, k, p, c, frac * (1.0 if r is None else r), parts)
+                for n, k, p, c, r, parts in rows)
+    layer = (attention_block(sh, model, training, fw, dev, fallback) + mlp
+             + OpTable("moe", tuple(kerns), ops)
+             + layer_memory_ops(dense_sh, model, training, fw, dev))
+    non_expert, expert = moe_ops.expert_param_split(model)
+    local = non_expert + expert * sh.tp / (ms.ep * ms.etp)  # /t below: per-rank gradients
+    return (layer, tp_collectives(sh, dev, rc), embedding_table(sh, fw, dev, local))
+
+
 def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, gpu, comm,
                 batch: ConfigBatch, tp_nodes: np.ndarray, cp_nodes=None) -> LayerCosts:
     """Build, price and combine the layer's op tables for every configuration of ``batch``
@@ -547,7 +598,7 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
     dev = device_for(gpu, eff, batch.precision, training.fp8_recipe)
     sh = shard_of(model, training, batch, comm.system.gpus_per_node)
     fallback = softmax_falls_back(fw, model, training, batch.precision, sh.heads_local)
-    tables = layer_tables(model, training, fw, dev, sh, rc, fallback)
+    tables = layer_tables(model, training, fw, dev, sh, rc, fallback, batch)
     kernels = tuple(k for table in tables for k in table.kernels)
     cp_on = len(tables) > 3
     axes = {"tp": Axis(batch.tp, tp_nodes)}
@@ -583,6 +634,14 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
                                            sh.sp, rc, core_recomputed=core_recomputed, **act)
     full_layer_act = layer_activation_bytes(model, sh.seq, _local_samples(sh), sh.tp,
                                             sh.sp, np.zeros_like(rc), **act)
+    if model.moe is not None:
+        from costmodel import moe as moe_ops
+
+        ms = moe_ops.moe_shape(model, training, batch, sh.tokens, sh.tp)
+        per_layer_act = per_layer_act + moe_ops.moe_activation_delta(model, sh, ms, rc,
+                                                                     dev.act_bytes)
+        full_layer_act = full_layer_act + moe_ops.moe_activation_delta(
+            model, sh, ms, np.zeros_like(rc), dev.act_bytes)
 
     def kernel_s(name):
         return np.broadcast_to(times[name], rc.shape) if name in times else zero
@@ -624,8 +683,11 @@ def price_distinct_layers(model: ModelSpec, training: TrainingSpec, eff: Efficie
     """Layer costs per configuration, computed once per distinct layer shape (the key of
     :func:`layer_key`); returns (per configuration, per distinct shape)."""
     cp_nodes = groups.cp_nodes
-    _, lfirst, linv = np.unique(layer_key(batch, groups.tp_nodes, cp_nodes), return_index=True,
-                                return_inverse=True)
+    key = layer_key(batch, groups.tp_nodes, cp_nodes)
+    if model.moe is not None:  # the MoE block's shapes depend on the expert grid
+        key = np.unique(np.stack([key, batch.ep, batch.etp], axis=1), axis=0,
+                        return_inverse=True)[1].reshape(-1)
+    _, lfirst, linv = np.unique(key, return_index=True, return_inverse=True)
     sub = batch.take(lfirst)
     distinct = layer_costs(model, training, eff, fw, gpu,
                            Collectives(system, sub, groups.layout[lfirst]), sub,

@@ -54,7 +54,9 @@ from costmodel.specs import (
     GPUSpec,
     InterNodeSpec,
     IntraNodeSpec,
+    MLASpec,
     ModelSpec,
+    MoESpec,
     ParallelConfig,
     TrainingSpec,
 )
@@ -426,6 +428,16 @@ _HF_FAMILIES: dict[str, _HFFamily] = {
     "mistral": _ROPE_GATED,
     "qwen2": _ROPE_GATED,
     "qwen3": _ROPE_GATED,
+    # MoE families (modern-training.md 2.7): the attention and dense fields are Llama's
+    "mixtral": _ROPE_GATED,
+    "qwen2_moe": _ROPE_GATED,
+    "qwen3_moe": _ROPE_GATED,
+    "deepseek_v2": _ROPE_GATED,
+    "deepseek_v3": _ROPE_GATED,
+    "kimi_k2": _ROPE_GATED,
+    "llama4_text": _ROPE_GATED,
+    "gpt_oss": _HFFamily(_LLAMA_KEYS, tied=False, gated=True, norm="rmsnorm", learned_pos=False,
+                         bias=None),
     "gemma": _HFFamily(_LLAMA_KEYS, tied=True, gated=True, norm="rmsnorm", learned_pos=False,
                        bias=False),
     "gemma2": _HFFamily(_LLAMA_KEYS, tied=True, gated=True, norm="rmsnorm", learned_pos=False,
@@ -443,7 +455,8 @@ _HF_GENERIC = _HFFamily(_LLAMA_KEYS, tied=True, gated=None, norm=None, learned_p
                         bias=None)
 _GATED_ACTS = ("silu", "swiglu", "swish", "geglu")
 _MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx",
-              "olmoe", "jamba", "phimoe", "granitemoe", "minimax", "llama4")
+              "olmoe", "jamba", "phimoe", "granitemoe", "minimax", "llama4", "llama4_text",
+              "gpt_oss")
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 
 
@@ -466,6 +479,17 @@ def model_from_mapping(data: Mapping[str, Any], *, default_name: str = "custom-m
                              "a model needs " + ", ".join(_MODEL_REQUIRED))
     kwargs = {k: v for k, v in data.items() if v is not None}
     kwargs.setdefault("name", default_name)
+    for key, cls in (("moe", MoESpec), ("mla", MLASpec)):
+        if key in kwargs and not isinstance(kwargs[key], cls):
+            sub = _mapping(f"{field}.{key}", kwargs[key])
+            known = tuple(f.name for f in fields(cls))
+            _check_keys(f"{field}.{key}", sub, known)
+            try:
+                kwargs[key] = cls(**sub)
+            except TypeError as e:
+                raise InputError(f"{field}.{key}", f"incomplete: {e}") from None
+            except InputError as e:
+                raise _refield(e, "model", field) from None
     try:
         return ModelSpec(**kwargs)
     except InputError as e:
@@ -475,18 +499,14 @@ def model_from_mapping(data: Mapping[str, Any], *, default_name: str = "custom-m
 def _model_from_hf(data: dict[str, Any], *, default_name: str, field: str) -> ModelSpec:
     """Map a Hugging Face config.json by its own field names (ecosystem.md section 3)."""
     model_type = str(data.get("model_type") or "").lower()
-    if model_type in _MOE_TYPES:
+    if model_type in ("llama4", "llama4_text") and isinstance(data.get("text_config"), Mapping):
+        data = {**data["text_config"], "model_type": "llama4_text"}
+        model_type = "llama4_text"
+    moe, mla, extra = _hf_moe(data, model_type, field)
+    if model_type in _MOE_TYPES and moe is None:
         raise InputError(f"{field}.model_type", f"Mixture-of-Experts model {model_type!r}: "
-                         "MoE not supported yet", "paraplan models dense transformers")
-    for key in _MOE_KEYS:
-        v = data.get(key)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 1:
-            raise InputError(f"{field}.{key}", f"{key}={v}: MoE not supported yet",
-                             "paraplan models dense transformers")
-    for key in ("q_lora_rank", "kv_lora_rank"):
-        if data.get(key) is not None:
-            raise InputError(f"{field}.{key}", "multi-head latent attention (MLA) is not "
-                             "supported yet")
+                         "no expert count found", "give num_local_experts / num_experts / "
+                         "n_routed_experts")
     fam = _HF_FAMILIES.get(model_type, _HF_GENERIC)
 
     values: dict[str, Any] = {}
@@ -533,9 +553,14 @@ def _model_from_hf(data: dict[str, Any], *, default_name: str, field: str) -> Mo
     try:
         encoder = model_type in ("bert", "roberta", "xlm-roberta", "electra", "deberta",
                                  "deberta-v2")
+        if model_type == "llama4_text" and moe is not None and moe.layer_freq > 1:
+            # llama4's dense layers use intermediate_size_mlp, its experts intermediate_size
+            values["ffn_hidden_size"] = data.get("intermediate_size_mlp",
+                                                 values.get("ffn_hidden_size"))
         return ModelSpec(name=str(name), gated_mlp=gated, tied_embeddings=tied,
                          learned_position_embeddings=fam.learned_pos, linear_bias=bias,
-                         normalization=norm, causal=not encoder, source=source, **values)
+                         normalization=norm, causal=not encoder, source=source, moe=moe,
+                         mla=mla, **extra, **values)
     except InputError as e:
         spec_key = e.field.split(".", 1)[1] if "." in e.field else ""
         extra = {"tied_embeddings": "tie_word_embeddings"}
@@ -543,6 +568,85 @@ def _model_from_hf(data: dict[str, Any], *, default_name: str, field: str) -> Mo
         if hf:
             raise InputError(f"{field}.{hf}", e.message, e.hint) from None
         raise _refield(e, "model", field) from None
+
+
+def _hf_int(data: Mapping[str, Any], field: str, *names: str) -> tuple[str, Any]:
+    for n in names:
+        if data.get(n) is not None:
+            return n, data[n]
+    return names[0], None
+
+
+def _hf_moe(data: Mapping[str, Any], model_type: str, field: str
+            ) -> tuple[MoESpec | None, MLASpec | None, dict[str, Any]]:
+    """The MoE block, MLA and per-family extras of a Hugging Face config, by the family's own
+    field names (modern-training.md section 2.7; HF configuration_*.py)."""
+    key, experts = _hf_int(data, field, *_MOE_KEYS)
+    extra: dict[str, Any] = {}
+    if model_type in ("qwen3", "qwen3_moe"):
+        extra["qk_norm"] = True
+    if model_type == "gpt_oss":
+        extra["attention_sinks"] = True
+    mla = None
+    if data.get("kv_lora_rank") is not None:
+        try:
+            mla = MLASpec(q_lora_rank=data.get("q_lora_rank"),
+                          kv_lora_rank=data.get("kv_lora_rank"),
+                          qk_nope_head_dim=data.get("qk_nope_head_dim"),
+                          qk_rope_head_dim=data.get("qk_rope_head_dim"),
+                          v_head_dim=data.get("v_head_dim"))
+        except InputError as e:
+            sub = e.field.rsplit(".", 1)[-1]
+            raise InputError(f"{field}.kv_lora_rank" if sub != "kv_lora_rank" else
+                             f"{field}.{sub}", f"multi-head latent attention: {sub}: "
+                             f"{e.message}", "MLA needs kv_lora_rank, qk_nope_head_dim, "
+                             "qk_rope_head_dim and v_head_dim") from None
+    if isinstance(experts, bool) or not isinstance(experts, int) or experts <= 1:
+        return None, mla, extra
+    L = data.get("num_hidden_layers")
+    width_key, width = _hf_int(data, field, "moe_intermediate_size", "intermediate_size")
+    if model_type == "llama4_text":
+        width_key, width = "intermediate_size", data.get("intermediate_size")
+    kw: dict[str, Any] = dict(num_experts=experts,
+                              top_k=data.get("num_experts_per_tok", data.get("top_k", 2)),
+                              expert_ffn_hidden_size=width)
+    n_shared = data.get("n_shared_experts") or 0
+    if model_type in ("deepseek_v2", "deepseek_v3") or "first_k_dense_replace" in data:
+        kw["dense_layers"] = data.get("first_k_dense_replace") or 0
+        kw["layer_freq"] = data.get("moe_layer_freq") or 1
+        if n_shared:
+            kw.update(shared_experts=n_shared, shared_ffn_hidden_size=n_shared * width)
+        kw["mtp_layers"] = data.get("num_nextn_predict_layers") or 0
+    elif model_type == "qwen2_moe":
+        sw = data.get("shared_expert_intermediate_size") or 0
+        if sw:
+            kw.update(shared_experts=1, shared_ffn_hidden_size=sw, shared_expert_gate=True)
+    elif model_type == "llama4_text":
+        kw.update(shared_experts=1, shared_ffn_hidden_size=width,
+                  layer_freq=data.get("interleave_moe_layer_step") or 1)
+        if kw["layer_freq"] > 1:  # layer i is MoE when (i + 1) % step == 0 (HF moe_layers)
+            kw["dense_layers"] = kw["layer_freq"] - 1
+    elif model_type == "gpt_oss":
+        kw.update(router_bias=True, expert_bias=True)
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        step = data.get("decoder_sparse_step") or 1
+        if step != 1 or data.get("mlp_only_layers"):
+            raise InputError(f"{field}.decoder_sparse_step",
+                             f"decoder_sparse_step={step}, mlp_only_layers="
+                             f"{data.get('mlp_only_layers')}: only every layer MoE is mapped",
+                             "use decoder_sparse_step: 1 and mlp_only_layers: []")
+    score = str(data.get("scoring_func") or "softmax").lower()
+    kw["router"] = "sigmoid" if score == "sigmoid" or model_type == "llama4_text" else "softmax"
+    if isinstance(L, int) and kw.get("dense_layers", 0) >= L:
+        raise InputError(f"{field}.first_k_dense_replace", "leaves no MoE layer")
+    names = {"num_experts": key, "top_k": "num_experts_per_tok",
+             "expert_ffn_hidden_size": width_key, "dense_layers": "first_k_dense_replace",
+             "layer_freq": "moe_layer_freq"}
+    try:
+        return MoESpec(**kw), mla, extra
+    except InputError as e:
+        sub = e.field.rsplit(".", 1)[-1]
+        raise InputError(f"{field}.{names.get(sub, sub)}", e.message, e.hint) from None
 
 
 def _model_file_name(path: Path) -> str:

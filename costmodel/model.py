@@ -75,6 +75,7 @@ from costmodel.stages import (
     SteadyState,
     accumulate_gradients,
     activation_offload_s,
+    expert_stage_params,
     pipeline_comm,
     stage_params,
     stage_plan,
@@ -133,6 +134,8 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     ea = ACT_BYTES[batch.precision]
 
     layer, distinct = price_distinct_layers(model, training, eff, fw, gpu, system, batch, groups)
+    moe = _moe_terms(model, cluster, system, training, batch, shard, ea) if model.moe else None
+    layer = layer if moe is None else layer.with_(tp_comm_s=layer.tp_comm_s + moe["ep_comm_s"])
     layer = accumulate_gradients(layer, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
     head, emb = _end_shares(layer)
@@ -150,13 +153,16 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     st = stage_times(plan, layer, pipe, partial, offload)
     timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v, zb_ratio(layer, sched))
     steady = steady_state(st, layer, timeline.steady_s, m, partial)
-    params = stage_params(plan, model, training, shard.vocab, shard.tp)
-    dp = data_parallel_step(comm, grad_batch, groups, fw, eff, training, sharded, params.largest,
+    params = stage_params(plan, model, training, shard.vocab, shard.tp,
+                          None if moe is None else moe["non_expert"])
+    expert, dp_params = _expert_params(plan, params, moe, batch, sharded.dp)
+    dp = data_parallel_step(comm, grad_batch, groups, fw, eff, training, sharded, dp_params,
                             plan.groups[0].layers, layer, steady, m, shard.vocab, shard.hidden,
                             model.tied_embeddings, gpu.memory_bandwidth_bytes_per_s)
     cx = memory_context(fw, eff, batch, sharded, shard, layer, plan, m, ea, params.layer)
+    cx = cx if moe is None else replace(cx, transient=cx.transient + moe["dispatch_buffers"])
     mem = peak_memory(plan, params, cx, sharded, m, v, sched, groups.nccl_buffers_bytes, eff,
-                      gpu.memory_bytes)
+                      gpu.memory_bytes, expert)
     n_gpus = shard.tp * batch.pp.astype(float) * sharded.dp  # sharded.dp: dp x cp
     peak = peaks_by_precision(gpu)[batch.precision]
     ref = gpu.peak_flops_per_s.get("bf16") or gpu.peak_flops_per_s.get("fp16") or peak
@@ -206,6 +212,43 @@ def partial_recompute(model, training, eff, fw, gpu, system, batch: ConfigBatch,
     plain = accumulate_gradients(plain, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
     return PartialRecompute(n, v, plain)
+
+
+def _moe_terms(model, cluster, system, training, batch, shard, ea) -> dict:
+    """A MoE model's extra per-configuration terms (:mod:`costmodel.moe`)."""
+    from costmodel import moe as moe_ops
+
+    ms = moe_ops.moe_shape(model, training, batch, shard.tokens, shard.tp)
+    non_expert, expert = moe_ops.expert_param_split(model)
+    world = batch.tp * batch.pp * batch.dp * batch.cp
+    edp = np.maximum(world // np.maximum(batch.etp * batch.ep * batch.pp, 1), 1).astype(float)
+    return {"ep_comm_s": moe_ops.ep_comm_s(cluster, system, batch, ms, shard.hidden, ea,
+                                           batch.recompute),
+            "non_expert": non_expert, "expert": expert, "edp": edp,
+            "dispatch_buffers": moe_ops.dispatcher_buffer_bytes(model, ms, shard.hidden, ea)}
+
+
+def _expert_params(plan, params, moe, batch, dp):
+    """(routed-expert parameters per stage group and edp, parameters the DP step reduces);
+    (None, the dense ones) without MoE."""
+    if moe is None:
+        return None, params.largest
+    expert = (expert_stage_params(plan, moe["expert"], batch.ep, batch.etp), moe["edp"])
+    return expert, params.largest + _expert_dp_share(plan, expert, dp)
+
+
+def _expert_dp_share(plan, expert, dp) -> np.ndarray:
+    """The routed experts' gradients as dense-equivalent parameters of the DP reduction: they
+    are reduced over edp ranks, not dp, and a bandwidth-bound ring moves (n-1)/n of the
+    buffer, so the largest stage's expert parameters count (1 - 1/edp) / (1 - 1/dp) (none
+    where edp = 1). An approximation: the reduction runs on the DP group's geometry."""
+    per_group, edp = expert
+    largest = per_group[0]
+    for g, pe in zip(plan.groups[1:], per_group[1:], strict=True):
+        largest = np.maximum(largest, np.where(g.present, pe, 0.0))
+    d = np.asarray(dp, dtype=float)
+    ratio = np.where(d > 1, (1.0 - 1.0 / edp) / np.where(d > 1, 1.0 - 1.0 / d, 1.0), 0.0)
+    return largest * ratio
 
 
 def score(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, batch: ConfigBatch,

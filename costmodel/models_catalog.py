@@ -21,7 +21,7 @@ Notes on what the shapes leave out:
 from __future__ import annotations
 
 from costmodel.errors import InputError, did_you_mean
-from costmodel.specs import ModelSpec
+from costmodel.specs import MLASpec, ModelSpec, MoESpec
 
 _LLAMA1 = ("Touvron et al. 2023, LLaMA: Open and Efficient Foundation Language Models, "
            "arXiv:2302.13971, Table 2; V = 32000")
@@ -30,6 +30,73 @@ _LLAMA2 = ("Touvron et al. 2023, Llama 2, arXiv:2307.09288; HF meta-llama/Llama-
 _LLAMA3 = ("Llama Team 2024, The Llama 3 Herd of Models, arXiv:2407.21783, Table 3; HF "
            "meta-llama/Meta-Llama-3(.1)-* config.json")
 _SC21 = "Narayanan et al. 2021 (SC21), arXiv:2104.04473, Table 1"
+_V3_MLA = MLASpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+                  qk_rope_head_dim=64, v_head_dim=128)
+
+
+def _moe(name: str, L: int, h: int, a: int, f: int, V: int, moe: MoESpec, *, kv: int | None = None,
+         head_dim: int | None = None, mla: MLASpec | None = None, max_pos: int = 4096,
+         bias: bool = False, qk_norm: bool = False, sinks: bool = False,
+         source: str) -> ModelSpec:
+    """A MoE decoder: SwiGLU experts, RMSNorm, untied embeddings, RoPE (all the families)."""
+    return ModelSpec(name=name, num_layers=L, hidden_size=h, num_attention_heads=a,
+                     ffn_hidden_size=f, vocab_size=V, num_kv_heads=kv, head_dim=head_dim,
+                     gated_mlp=True, tied_embeddings=False, max_position_embeddings=max_pos,
+                     normalization="rmsnorm", linear_bias=bias, moe=moe, mla=mla,
+                     qk_norm=qk_norm, attention_sinks=sinks, source=source)
+
+
+def _moe_models() -> list[tuple[ModelSpec, tuple[str, ...]]]:
+    """MoE catalog entries (HF config.json values; modern-training.md 2.1/2.6/2.7 and the
+    arch_source of shared/validation/published_runs_2026.yaml; '(check)': from the
+    checkpoint's config.json as recalled, not in the reference files)."""
+    v3 = MoESpec(num_experts=256, top_k=8, expert_ffn_hidden_size=2048, shared_experts=1,
+                 shared_ffn_hidden_size=2048, dense_layers=3, router="sigmoid", mtp_layers=1)
+    k2 = MoESpec(num_experts=384, top_k=8, expert_ffn_hidden_size=2048, shared_experts=1,
+                 shared_ffn_hidden_size=2048, dense_layers=1, router="sigmoid")
+    oss = dict(top_k=4, expert_ffn_hidden_size=2880, router_bias=True, expert_bias=True)
+    return [
+        (_moe("deepseek-v3", 61, 7168, 128, 18432, 129280, v3, mla=_V3_MLA,
+              source="DeepSeek-AI 2024, arXiv:2412.19437 section 4.2; HF deepseek-ai/"
+              "DeepSeek-V3 config.json (modern-training.md 2.6/2.7); 671B total / 37B "
+              "active, MTP module not counted in total_params"),
+         ("deepseek-v3-671b", "dsv3")),
+        (_moe("kimi-k2", 61, 7168, 64, 18432, 163840, k2, mla=_V3_MLA,
+              source="Moonshot AI Kimi-K2 (DeepSeek-V3 architecture, 384 experts, 64 heads, "
+              "1 dense layer) HF moonshotai/Kimi-K2-Base config.json (check); 1.04T / 32B"),
+         ("kimi-k2-base", "kimi-k2-instruct")),
+        (_moe("qwen3-30b-a3b", 48, 2048, 32, 6144, 151936,
+              MoESpec(num_experts=128, top_k=8, expert_ffn_hidden_size=768), kv=4,
+              head_dim=128, qk_norm=True,
+              source="HF Qwen/Qwen3-30B-A3B config.json; Megatron-Bridge Qwen3MoEModelProvider"
+              "30B_A3B (modern-training.md 2.1: 30.5B / 3.35B)"), ("qwen3-30b",)),
+        (_moe("qwen3-235b-a22b", 94, 4096, 64, 12288, 151936,
+              MoESpec(num_experts=128, top_k=8, expert_ffn_hidden_size=1536), kv=4,
+              head_dim=128, qk_norm=True,
+              source="HF Qwen/Qwen3-235B-A22B config.json; Megatron-Bridge Qwen3MoEModelProvider"
+              "235B_A22B (modern-training.md 2.1: 235.1B / 22.2B)"), ("qwen3-235b",)),
+        (_moe("gpt-oss-120b", 36, 2880, 64, 2880, 201088, MoESpec(num_experts=128, **oss),
+              kv=8, head_dim=64, bias=True, sinks=True,
+              source="HF openai/gpt-oss-120b config.json; Megatron-Bridge GPTOSSProvider120B "
+              "(modern-training.md 2.7); attention biases and sinks, expert and router biases"),
+         ("gpt-oss",)),
+        (_moe("gpt-oss-20b", 24, 2880, 64, 2880, 201088, MoESpec(num_experts=32, **oss),
+              kv=8, head_dim=64, bias=True, sinks=True,
+              source="HF openai/gpt-oss-20b config.json (24 layers, 32 experts; check)"), ()),
+        (_moe("mixtral-8x7b", 32, 4096, 32, 14336, 32000,
+              MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=14336), kv=8,
+              source="Jiang et al. 2024, arXiv:2401.04088; HF mistralai/Mixtral-8x7B-v0.1 "
+              "config.json (modern-training.md 2.1: 46.7B / 12.9B)"), ("mixtral",)),
+        (_moe("mixtral-8x22b", 56, 6144, 48, 16384, 32768,
+              MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=16384), kv=8,
+              source="HF mistralai/Mixtral-8x22B-v0.1 config.json (check); 141B / 39B"), ()),
+        (_moe("llama4-scout", 48, 5120, 40, 16384, 202048,
+              MoESpec(num_experts=16, top_k=1, expert_ffn_hidden_size=8192, shared_experts=1,
+                      shared_ffn_hidden_size=8192, router="sigmoid"), kv=8, head_dim=128,
+              source="HF meta-llama/Llama-4-Scout-17B-16E text_config (llama4_text; "
+              "interleave_moe_layer_step 1, one shared expert; check); text model 109B / 17B"),
+         ("llama-4-scout", "llama4-scout-17b-16e")),
+    ]
 
 
 def _llama(name: str, L: int, h: int, a: int, f: int, *, kv: int | None = None,
@@ -88,6 +155,7 @@ _MODELS: dict[str, tuple[ModelSpec, tuple[str, ...]]] = {
         (_gpt("gpt-310b", 96, 16384, 128), ("310b", "gpt-310.1b")),
         (_gpt("gpt-530b", 105, 20480, 128), ("530b", "gpt-529.6b")),
         (_gpt("gpt-1t", 128, 25600, 160), ("1t", "gpt-1008b")),
+        *_moe_models(),
     )
 }
 

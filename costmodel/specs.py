@@ -24,6 +24,8 @@ from costmodel.dimensions import (
     cp_comm_label,
     default_cp,
     default_cp_comm_types,
+    default_ep,
+    default_etp,
     default_micro_batch_sizes,
     default_pp,
     default_precision,
@@ -216,6 +218,106 @@ class FrozenMap(Mapping):
 
 
 # --------------------------------------------------------------------------------------------
+ROUTERS: tuple[str, ...] = ("softmax", "sigmoid")
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """The Mixture-of-Experts block that replaces the MLP of some layers (modern-training.md
+    section 2.1; Megatron-Core ``--num-experts`` ... ``--moe-layer-freq``).
+
+    ``dense_layers``: the first layers keep a dense MLP (DeepSeek-V3 ``first_k_dense_replace``
+    = 3); ``layer_freq``: of the rest, layer i is MoE when ``(i - dense_layers) % layer_freq
+    == 0`` (Megatron ``--moe-layer-freq N``; Llama 4 ``interleave_moe_layer_step``).
+    ``capacity_factor`` None = dropless. ``shared_ffn_hidden_size`` is the total width of the
+    shared experts (Megatron ``--moe-shared-expert-intermediate-size``). ``expert_bias``:
+    biases on the expert linears (GPT-OSS); ``router_bias``: a bias on the router (GPT-OSS);
+    ``shared_expert_gate``: Qwen2-MoE's sigmoid gate (h parameters).
+    """
+
+    num_experts: int
+    top_k: int
+    expert_ffn_hidden_size: int
+    shared_experts: int = 0
+    shared_ffn_hidden_size: int = 0
+    dense_layers: int = 0
+    layer_freq: int = 1
+    capacity_factor: float | None = None
+    router: str = "softmax"
+    router_bias: bool = False
+    expert_bias: bool = False
+    shared_expert_gate: bool = False
+    mtp_layers: int = 0
+
+    def __post_init__(self) -> None:
+        s = "model.moe"
+        for name in ("num_experts", "top_k", "expert_ffn_hidden_size", "layer_freq"):
+            _set(self, name, _int(s, name, getattr(self, name)))
+        for name in ("shared_experts", "shared_ffn_hidden_size", "dense_layers", "mtp_layers"):
+            _set(self, name, _int(s, name, getattr(self, name), minimum=0))
+        if self.top_k > self.num_experts:
+            raise InputError("model.moe.top_k", f"{self.top_k} exceeds num_experts="
+                             f"{self.num_experts}", "a token picks top_k of the routed experts")
+        if (self.shared_experts == 0) != (self.shared_ffn_hidden_size == 0):
+            raise InputError("model.moe.shared_ffn_hidden_size",
+                             f"{self.shared_ffn_hidden_size} with shared_experts="
+                             f"{self.shared_experts}", "give both or neither")
+        if self.capacity_factor is not None:
+            _set(self, "capacity_factor", _pos(s, "capacity_factor", self.capacity_factor))
+        _set(self, "router", _choice(s, "router", self.router, ROUTERS))
+        for name in ("router_bias", "expert_bias", "shared_expert_gate"):
+            _set(self, name, _bool(s, name, getattr(self, name)))
+
+    def is_moe_layer(self, i: int) -> bool:
+        return i >= self.dense_layers and (i - self.dense_layers) % self.layer_freq == 0
+
+    def moe_layers(self, num_layers: int) -> int:
+        return sum(self.is_moe_layer(i) for i in range(num_layers))
+
+    def megatron_layer_freq(self, num_layers: int) -> str | int:
+        """``--moe-layer-freq``: an int when every layer from the first is MoE on a stride,
+        else the list expression Megatron parses (``([0]*3+[1]*58)``)."""
+        if self.dense_layers == 0:
+            return self.layer_freq
+        flags = [int(self.is_moe_layer(i)) for i in range(num_layers)]
+        if self.layer_freq == 1:
+            return f"([0]*{self.dense_layers}+[1]*{num_layers - self.dense_layers})"
+        return "[" + ",".join(str(x) for x in flags) + "]"
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    """Multi-head latent attention (DeepSeek-V2/V3; modern-training.md section 2.6):
+    ``q_lora_rank`` None = no query compression."""
+
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        s = "model.mla"
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            _set(self, name, _int(s, name, getattr(self, name)))
+        if self.q_lora_rank is not None:
+            _set(self, "q_lora_rank", _int(s, "q_lora_rank", self.q_lora_rank))
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    def params(self, h: int, a: int) -> int:
+        """q (LoRA or plain), kv (joint latent + decoupled RoPE key, its norm, up-projection),
+        output: Megatron theoretical_memory_usage.py; HF DeepseekV3Attention."""
+        q = (h * a * self.qk_head_dim if self.q_lora_rank is None else
+             h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * a * self.qk_head_dim)
+        kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+              + self.kv_lora_rank * a * (self.qk_nope_head_dim + self.v_head_dim))
+        return q + kv + a * self.v_head_dim * h
+
+
+# --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ModelSpec:
     """A dense decoder-only (or encoder) transformer's shape (contract.md section 2)."""
@@ -236,6 +338,10 @@ class ModelSpec:
     normalization: str = "rmsnorm"
     causal: bool = True  # decoder (causal mask); False for encoders such as BERT
     source: str = ""
+    moe: MoESpec | None = None  # Mixture-of-Experts layers (None: dense)
+    mla: MLASpec | None = None  # multi-head latent attention (None: MHA/GQA)
+    qk_norm: bool | None = None  # RMSNorm on each q and k head (Qwen3): 2 d_h; None: unknown
+    attention_sinks: bool = False  # a learned logit per head (GPT-OSS): a per layer
 
     def __post_init__(self) -> None:
         s = "model"
@@ -267,15 +373,33 @@ class ModelSpec:
                  _int(s, "max_position_embeddings", self.max_position_embeddings))
         _set(self, "normalization", _choice(s, "normalization", self.normalization,
                                             ("rmsnorm", "layernorm")))
+        for name in ("qk_norm", "attention_sinks"):
+            if getattr(self, name) is not None:
+                _set(self, name, _bool(s, name, getattr(self, name)))
+        if self.moe is not None:
+            if not isinstance(self.moe, MoESpec):
+                raise InputError("model.moe", "must be a MoE mapping")
+            if self.moe.dense_layers >= self.num_layers:
+                raise InputError("model.moe.dense_layers",
+                                 f"{self.moe.dense_layers} leaves no MoE layer of num_layers="
+                                 f"{self.num_layers}", "dense_layers < num_layers")
+        if self.mla is not None and not isinstance(self.mla, MLASpec):
+            raise InputError("model.mla", "must be an MLA mapping")
 
     # Parameter counts (cost-model.md section 1; Narayanan et al. 2021 eq. 2 generalised).
     @property
     def attention_params(self) -> int:
         """Q, K, V and output projections: 2*h*d_h*(a + g) (+ biases)."""
         h, d, a, g = self.hidden_size, self.head_dim, self.num_attention_heads, self.num_kv_heads
+        if self.mla is not None:
+            return self.mla.params(h, a)
         p = 2 * h * d * (a + g)
         if self.linear_bias:
             p += a * d + 2 * g * d + h
+        if self.qk_norm:
+            p += 2 * d
+        if self.attention_sinks:
+            p += a
         return p
 
     @property
@@ -302,11 +426,91 @@ class ModelSpec:
         return seq_length * self.hidden_size if self.learned_position_embeddings else 0
 
     def total_params(self, seq_length: int = 0) -> int:
-        """All parameters: layers, input embedding, untied output layer, final norm."""
+        """All parameters: layers, input embedding, untied output layer, final norm (MTP
+        modules not counted: :attr:`mtp_params`)."""
         final_norm = self.hidden_size * (2 if self.normalization == "layernorm" else 1)
         out = 0 if self.tied_embeddings else self.embedding_params
-        return (self.num_layers * self.params_per_layer + self.embedding_params + out
+        return (self.layers_params + self.embedding_params + out
                 + final_norm + self.position_params(seq_length))
+
+    # ---- Mixture of Experts (modern-training.md section 2.1) ------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is a MoE block."""
+        return 0 if self.moe is None else self.moe.moe_layers(self.num_layers)
+
+    @property
+    def dense_layers(self) -> int:
+        return self.num_layers - self.moe_layers
+
+    def _expert_params(self, width: int) -> int:
+        g = 3 if self.gated_mlp else 2
+        p = g * self.hidden_size * width
+        if self.moe is not None and self.moe.expert_bias:
+            p += width * (2 if self.gated_mlp else 1) + self.hidden_size
+        return p
+
+    @property
+    def routed_expert_params(self) -> int:
+        """One MoE layer's routed experts: E x 3 h f_e (sharded over ep x etp)."""
+        m = self.moe
+        return 0 if m is None else m.num_experts * self._expert_params(m.expert_ffn_hidden_size)
+
+    @property
+    def moe_dense_params(self) -> int:
+        """One MoE layer's non-routed MLP parameters: shared experts (3 h f_s, split by tp),
+        the router (h E, + E with a bias; replicated) and Qwen2-MoE's shared gate (h)."""
+        m = self.moe
+        if m is None:
+            return 0
+        h = self.hidden_size
+        p = h * m.num_experts + (m.num_experts if m.router_bias else 0)
+        if m.shared_experts:
+            p += self._expert_params(m.shared_ffn_hidden_size)
+        if m.shared_expert_gate:
+            p += h
+        return p
+
+    @property
+    def moe_params_per_layer(self) -> int:
+        """A MoE layer: attention, norms, experts, shared experts, router."""
+        return (self.attention_params + self.norm_params_per_layer + self.routed_expert_params
+                + self.moe_dense_params)
+
+    @property
+    def layers_params(self) -> int:
+        if self.moe is None:
+            return self.num_layers * self.params_per_layer
+        return (self.dense_layers * self.params_per_layer
+                + self.moe_layers * self.moe_params_per_layer)
+
+    @property
+    def expert_params(self) -> int:
+        """All routed-expert parameters of the model (what ep x etp shards)."""
+        return self.moe_layers * self.routed_expert_params
+
+    def active_params(self, seq_length: int = 0) -> int:
+        """Parameters a token uses: all but the routed experts it is not sent to."""
+        if self.moe is None:
+            return self.total_params(seq_length)
+        m = self.moe
+        unused = self.moe_layers * (m.num_experts - m.top_k) * self._expert_params(
+            m.expert_ffn_hidden_size)
+        return self.total_params(seq_length) - unused
+
+    @property
+    def mtp_params(self) -> int:
+        """DeepSeek-V3's multi-token-prediction modules beyond the shared embedding and head:
+        per module two RMSNorms, the 2h x h projection, one layer of the last layer's kind."""
+        if self.moe is None or not self.moe.mtp_layers:
+            return 0
+        h = self.hidden_size
+        per = 2 * h + 2 * h * h + self.moe_params_per_layer + h  # + the module's final norm
+        return self.moe.mtp_layers * per
 
 
 # --------------------------------------------------------------------------------------------
@@ -502,8 +706,17 @@ class TrainingSpec:
     # reduction of 16-bit training runs in bf16 instead of the fp32 main gradients (time only:
     # the gradient buffer's memory is not changed by this flag in the model)
     grad_reduce_in_bf16: bool = False
+    # MoE: the most loaded EP rank's routed tokens over the mean (None: costmodel.moe's
+    # DEFAULT_LOAD_IMBALANCE for real routing; 1.0 for force-balanced benchmarks)
+    moe_load_imbalance: float | None = None
 
     def __post_init__(self) -> None:
+        if self.moe_load_imbalance is not None:
+            _set(self, "moe_load_imbalance",
+                 _pos("training", "moe_load_imbalance", self.moe_load_imbalance))
+            if self.moe_load_imbalance < 1:
+                raise InputError("training.moe_load_imbalance",
+                                 f"must be >= 1 (max over mean), got {self.moe_load_imbalance}")
         _set(self, "seq_length", _int("training", "seq_length", self.seq_length))
         _set(self, "global_batch_size",
              _int("training", "global_batch_size", self.global_batch_size))
@@ -603,6 +816,14 @@ class ParallelConfig:
                             optuna=OptunaParam("cp_comm_type", 10),
                             column=Column("cp comm", 26, cp_comm_label, left=True,
                                           hide_default=True), new=True)
+    # MoE layers' expert grid (Megatron-Core MoE parallel folding: the expert view of
+    # costmodel.layout, edp = world / (etp * ep * pp)); members of the joint layout parameter
+    ep: int = dim(INT, 1, "expert-parallel size (MoE layers)", space_default=default_ep,
+                  expand_rank=11, optuna=OptunaParam("layout", 0), column=Column("ep", 27, hide_default=True),
+                  omit_default=True)
+    etp: int = dim(INT, 1, "expert-tensor-parallel size (MoE layers)",
+                   space_default=default_etp, expand_rank=12, optuna=OptunaParam("layout", 0),
+                   column=Column("etp", 28, hide_default=True), omit_default=True)
 
     def __post_init__(self) -> None:
         for d in PARALLEL_DIMENSIONS:
@@ -616,8 +837,20 @@ class ParallelConfig:
     def world_size(self) -> int:
         return self.tp * self.cp * self.pp * self.dp
 
+    @property
+    def expert_dp(self) -> int:
+        """edp: the expert data-parallel degree, world / (etp * ep * pp)."""
+        return self.world_size // (self.etp * self.ep * self.pp)
+
     def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The fields, less ``omit_default`` ones at their default (a dense layout's
+        document is what it was before ep/etp existed)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if not (_omitted(f.name) and getattr(self, f.name) == f.default)}
+
+
+def _omitted(name: str) -> bool:
+    return DIMENSIONS_BY_NAME[name].omit_default
 
 
 def _check_dimension(d: Dimension, value: Any) -> Any:

@@ -191,7 +191,7 @@ def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCost
 
 
 def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: StagePlan, m, v,
-                 sched) -> StageMemory:
+                 sched, expert=None) -> StageMemory:
     """One stage group's memory: its layers' activations for the micro-batches in flight on
     its representative stage, model states of its parameters, the loss where it sits."""
     infl = microbatches_in_flight(sched, plan.pp, m, v, g.index)
@@ -227,6 +227,16 @@ def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: Sta
     # bf16 cast of its fp32 gradients for the all-reduce, exists only after the backward has
     # freed the activations
     copy = psi * reduce_copy_bytes(opt.bf16_optimizer, cx.gcomm, cx.g_part, psi)
+    if expert is not None:
+        # MoE: the stage's routed-expert parameters (already / (ep etp)), their states
+        # sharded by ZeRO over the expert data-parallel group edp = world / (etp ep pp)
+        # (Megatron distributed optimizer; modern-training.md 2.2), not over dp
+        psi_e, edp = expert
+        we, ge, oe = model_state_bytes(psi_e, cx.param_bytes, cx.grad_bytes,
+                                       cx.optimizer_bytes, opt.zero, edp)
+        w, gr, o = w + we, gr + ge, o + oe
+        copy = copy + psi_e * reduce_copy_bytes(opt.bf16_optimizer, cx.gcomm, cx.g_part, psi_e)
+        psi = psi + psi_e
     # What the caching allocator reserves on each stage. Of what is allocated and freed
     # within a step (activations, logits, engine buckets and, where autograd allocates them
     # every step, the gradients in the weights' dtype) a share ``allocator_fraction`` of the
@@ -253,11 +263,18 @@ class MemoryResult:
 
 
 def peak_memory(plan: StagePlan, params: StageParams, cx: MemoryContext, opt: Sharding, m, v,
-                sched, nccl_buffers, eff, gpu_memory_bytes) -> MemoryResult:
+                sched, nccl_buffers, eff, gpu_memory_bytes, expert=None) -> MemoryResult:
     """For each stage group of the plan, its memory; the peak is the group that holds
-    strictly more than every group before it (embedding stage, loss stage, middle stages)."""
-    stages = [stage_memory(g, psi, cx, opt, plan, m, v, sched)
-              for g, psi in zip(plan.groups, params.per_group, strict=True)]
+    strictly more than every group before it (embedding stage, loss stage, middle stages).
+    ``expert``: a MoE model's (routed-expert parameters per stage group, edp)."""
+    if expert is None:
+        stages = [stage_memory(g, psi, cx, opt, plan, m, v, sched)
+                  for g, psi in zip(plan.groups, params.per_group, strict=True)]
+    else:
+        per_group, edp = expert
+        stages = [stage_memory(g, psi, cx, opt, plan, m, v, sched, (pe, edp))
+                  for g, psi, pe in zip(plan.groups, params.per_group, per_group,
+                                        strict=True)]
     sel = np.zeros(plan.pp.shape, np.int64)
     best = observed = None
     for k, (g, st) in enumerate(zip(plan.groups, stages, strict=True)):

@@ -305,6 +305,13 @@ def steady_state(st: StageTimes, layer: LayerCosts, steady_s, m,
     return SteadyState(compute_mb, recompute_mb, tp_mb, host_mb, pp_steady)
 
 
+def expert_stage_params(plan: StagePlan, expert_per_layer: float, ep, etp
+                        ) -> tuple[np.ndarray, ...]:
+    """Each stage group's routed-expert parameters on one rank: layers x experts per layer
+    / (ep etp) (the layers' average share of MoE layers; not divided by tp)."""
+    return tuple(g.layers * expert_per_layer / (ep * etp) for g in plan.groups)
+
+
 # ---- parameters per stage ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class StageParams:
@@ -315,13 +322,15 @@ class StageParams:
     layer: float  # one layer's parameters (unpartitioned)
 
 
-def stage_params(plan: StagePlan, model, training, vocab, tp) -> StageParams:
+def stage_params(plan: StagePlan, model, training, vocab, tp, layer_params=None
+                 ) -> StageParams:
     """Layers / t, the word embedding / t and learned positions (replicated over TP) on the
     embedding's stage, the output layer / t (none when tied on one stage) and the final norm
-    on the loss's."""
+    on the loss's. ``layer_params``: a MoE model's non-expert parameters per layer (its
+    routed experts are sharded over ep x etp instead: :func:`expert_stage_params`)."""
     t = tp
     h = float(model.hidden_size)
-    layer_params = float(model.params_per_layer)
+    layer_params = float(model.params_per_layer if layer_params is None else layer_params)
     emb_params = vocab * h
     one_rank = plan.pp == 1 if plan.v_shape is None else (plan.pp == 1) | plan.v_shape
     head_params = np.where(model.tied_embeddings & one_rank, 0.0, vocab * h)

@@ -46,6 +46,7 @@ class Context:
     training: TrainingSpec
     allow_cross_node_tp: bool = False
     allow_collnet: bool = False  # CollNet needs NCCL_COLLNET_ENABLE=1 and a SHARP plugin
+    allow_cross_domain_ep: bool = False  # EP x ETP groups spanning NVLink domains
 
     def __post_init__(self) -> None:
         for name, kind in (("model", ModelSpec), ("cluster", ClusterSpec),
@@ -53,7 +54,7 @@ class Context:
             if not isinstance(getattr(self, name), kind):
                 raise InputError(name, f"must be a {kind.__name__}, got "
                                        f"{type(getattr(self, name)).__name__}")
-        for name in ("allow_cross_node_tp", "allow_collnet"):
+        for name in ("allow_cross_node_tp", "allow_collnet", "allow_cross_domain_ep"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(name, f"must be true or false, got {getattr(self, name)!r}")
 
@@ -433,6 +434,36 @@ def _nccl_detail(ctx: Context, r: Mapping[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+def _experts_only_moe(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    if ctx.model.moe is not None:
+        return np.ones(len(b), dtype=bool)
+    return (b.ep == 1) & (b.etp == 1)
+
+
+def _ep_divides_experts(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    if ctx.model.moe is None:
+        return np.ones(len(b), dtype=bool)
+    return _divides(ctx.model.moe.num_experts, b.ep)
+
+
+def _expert_grid(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # world = tp cp dp pp must be divisible by etp ep pp (Megatron parallel_state): etp ep
+    # divides tp cp dp
+    return _divides(b.tp * b.cp * b.dp, b.ep * b.etp)
+
+
+def _etp_divides_ffn(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    if ctx.model.moe is None:
+        return np.ones(len(b), dtype=bool)
+    return _divides(ctx.model.moe.expert_ffn_hidden_size, b.etp) & (b.etp <= b.tp)
+
+
+def _ep_within_domain(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    if ctx.allow_cross_domain_ep:
+        return np.ones(len(b), dtype=bool)
+    return b.ep * b.etp <= ctx.cluster.domain_gpus
+
+
 def _m(ctx: Context, r: Mapping[str, Any]) -> str:
     per = r["micro_batch_size"] * r["dp"]
     return f"{ctx.training.global_batch_size}/{per}" if per else "undefined"
@@ -574,6 +605,28 @@ NCCL_GATES = Rule(
     "configuration uses on this cluster", _nccl_gates,
     frozenset({"nccl_algo", "nccl_proto", "sequence_parallel", "zero_stage", "tp"}),
     _nccl_detail)
+EXPERTS_ONLY_MOE = Rule(
+    "experts_only_moe", "ep and etp > 1 need a Mixture-of-Experts model", _experts_only_moe,
+    frozenset({"ep", "etp"}), lambda c, r: f"ep={r['ep']}, etp={r['etp']}, model "
+                                           f"{c.model.name} is dense")
+EP_DIVIDES_EXPERTS = Rule(
+    "ep_divides_experts", "ep must divide the routed experts (Megatron asserts "
+    "num_moe_experts % expert_model_parallel_size == 0)", _ep_divides_experts,
+    frozenset({"ep"}), lambda c, r: f"ep={r['ep']}, num_experts="
+                                    f"{c.model.moe.num_experts if c.model.moe else 0}")
+EXPERT_GRID = Rule(
+    "expert_grid", "etp * ep * pp must divide the world (the expert view's edp = world / "
+    "(etp ep pp) is whole)", _expert_grid, frozenset({"tp", "cp", "dp", "ep", "etp"}),
+    lambda c, r: f"etp={r['etp']} ep={r['ep']} pp={r['pp']}, world {c.world_size}")
+ETP_DIVIDES_FFN = Rule(
+    "etp_divides_expert_ffn", "etp must divide the expert FFN width and be at most tp (the "
+    "search keeps expert TP within the dense TP)", _etp_divides_ffn,
+    frozenset({"etp", "tp"}), lambda c, r: f"etp={r['etp']}, tp={r['tp']}")
+EP_WITHIN_DOMAIN = Rule(
+    "ep_within_domain", "an EP x ETP group must fit in one NVLink domain (Megatron MoE "
+    "README guideline) unless cross-domain EP is allowed", _ep_within_domain,
+    frozenset({"ep", "etp"}), lambda c, r: f"ep*etp={r['ep'] * r['etp']}, NVLink domain "
+                                           f"{c.cluster.domain_gpus} GPUs")
 
 ALL_RULES: tuple[Rule, ...] = (
     WORLD_SIZE, TP_DIVIDES_HEADS, TP_DIVIDES_FFN, TP_WITHIN_NODE, PP_SPLITS_LAYERS,
@@ -583,6 +636,7 @@ ALL_RULES: tuple[Rule, ...] = (
     ZERO3_NO_PP, ZERO_NEEDS_DP, NCCL_GATES, CP_WITHIN_WORLD, CP_SPLITS_SEQUENCE,
     CP_NEEDS_FLASH_ATTENTION, CP_COMM_TYPE,
     PARTIAL_RECOMPUTE, PRECISION_AWARE_OPTIMIZER, ACTIVATION_OFFLOAD,
+    EXPERTS_ONLY_MOE, EP_DIVIDES_EXPERTS, EXPERT_GRID, ETP_DIVIDES_FFN, EP_WITHIN_DOMAIN,
 )
 RULES_BY_NAME: Mapping[str, Rule] = {r.name: r for r in ALL_RULES}
 

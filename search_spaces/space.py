@@ -133,7 +133,10 @@ class _SearchSpaceMethods:
         return getattr(self, check_dimension(dim))
 
     def as_dict(self) -> dict[str, tuple[Any, ...]]:
-        return {d: getattr(self, d) for d in DIMENSIONS}
+        """The dimensions' lists, less ``omit_default`` ones left at their default alone."""
+        return {d: getattr(self, d) for d in DIMENSIONS
+                if not (DIMENSIONS_BY_NAME[d].omit_default
+                        and getattr(self, d) == (DIMENSIONS_BY_NAME[d].default,))}
 
     def fingerprint_dict(self) -> dict[str, tuple[Any, ...]]:
         """``as_dict`` without the ``new`` dimensions left at their default alone (what

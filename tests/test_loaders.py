@@ -163,13 +163,16 @@ def test_hf_explicit_head_dim():
     assert m.head_dim == 128 and m.tied_embeddings  # GemmaConfig ties by default
 
 
-def test_hf_moe_is_rejected():
-    e = err(load_model, DATA / "mixtral-config.json")
-    assert e.field == "model.model_type" and "MoE not supported yet" in e.message
-    e = err(load_model, {**LLAMA_HF, "num_local_experts": 8})
-    assert e.field == "model.num_local_experts" and "MoE" in e.message
-    assert load_model({**LLAMA_HF, "num_local_experts": 1}).num_layers == 2  # one expert = dense
-    assert err(load_model, {**LLAMA_HF, "kv_lora_rank": 512}).field == "model.kv_lora_rank"
+def test_hf_moe_is_mapped():
+    m = load_model(DATA / "mixtral-config.json")
+    assert m.moe is not None and m.moe.num_experts == 8 and m.moe.top_k == 2
+    m = load_model({**LLAMA_HF, "num_local_experts": 8, "num_experts_per_tok": 2})
+    assert m.moe.num_experts == 8 and m.moe_layers == m.num_layers
+    assert load_model({**LLAMA_HF, "num_local_experts": 1}).moe is None  # one expert = dense
+    e = err(load_model, {**LLAMA_HF, "num_local_experts": 8, "num_experts_per_tok": 9})
+    assert e.field == "model.num_experts_per_tok"
+    e = err(load_model, {**LLAMA_HF, "kv_lora_rank": 512})
+    assert e.field.startswith("model.")  # MLA needs its head dimensions
 
 
 def test_hf_missing_required_field_names_the_hf_key():

@@ -400,7 +400,7 @@ def brute_force(ctx: Context, space: SearchSpace) -> list[tuple]:
 
 
 def as_tuples(batch: ConfigBatch) -> list[tuple]:
-    return [tuple(c.as_dict()[d] for d in DIMENSIONS) for c in batch.configs()]
+    return [tuple(getattr(c, d) for d in DIMENSIONS) for c in batch.configs()]
 
 
 SMALL_GQA = ModelSpec("small-gqa", num_layers=12, hidden_size=1024, num_attention_heads=16,

@@ -9,9 +9,23 @@ from typing import Any
 
 from costmodel.specs import ClusterSpec, GPUSpec, ModelSpec
 
+#: ModelSpec fields added with MoE/MLA, written only when set: a dense model's document and
+#: fingerprint stay what they were
+_OPTIONAL_MODEL_FIELDS = {"moe": None, "mla": None, "qk_norm": None, "attention_sinks": False}
+
 
 def model_to_dict(model: ModelSpec) -> dict[str, Any]:
-    return {f.name: getattr(model, f.name) for f in fields(model)}
+    out = {}
+    for f in fields(model):
+        v = getattr(model, f.name)
+        if f.name in _OPTIONAL_MODEL_FIELDS and v == _OPTIONAL_MODEL_FIELDS[f.name]:
+            continue
+        out[f.name] = {g.name: getattr(v, g.name) for g in fields(v)} if f.name in (
+            "moe", "mla") else v
+    if model.moe is not None:
+        out["total_params"] = model.total_params()
+        out["active_params"] = model.active_params()
+    return out
 
 
 def gpu_to_dict(gpu: GPUSpec) -> dict[str, Any]:

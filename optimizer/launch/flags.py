@@ -33,6 +33,7 @@ from costmodel.errors import InputError
 from costmodel.schedule import pipeline_layout, stage_layers
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from optimizer.launch.model_facts import model_facts
+from optimizer.launch.moe_flags import megatron_moe_args
 
 __all__ = [
     "DEEPSPEED_TARGET",
@@ -259,6 +260,7 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         "--max-position-embeddings", str(_max_position_embeddings(model, training)),
     ]
     a += _megatron_shape(model)
+    a += megatron_moe_args(model, config)  # MoE / MLA (none for dense models)
     dropout = _fmt(_DROPOUT_ON if training.dropout else 0.0)
     a += ["--attention-dropout", dropout, "--hidden-dropout", dropout]
     if not training.flash_attention:  # the s^2 score path the model then scores

@@ -15,17 +15,17 @@ from optimizer.output.tables import fmt_table
 GIB = 1024**3
 
 
-def _dimension_cell(name: str, col: Column) -> Callable[[dict, dict], str]:
+def _dimension_cell(name: str, col: Column, default=None) -> Callable[[dict, dict], str]:
     if col.format is None:
-        return lambda c, m: str(c[name])
-    return lambda c, m: col.format(c[name], c)
+        return lambda c, m: str(c.get(name, default))
+    return lambda c, m: col.format(c.get(name, default), c)
 
 
 def _config_columns(shown: Callable[[Any], bool] = lambda d: not d.column.hide_default
                     ) -> tuple[tuple[str, Callable[[dict, dict], str]], ...]:
     return tuple(
         (col.header, cell) for col, cell in sorted(
-            [(d.column, _dimension_cell(d.name, d.column)) for d in PARALLEL_DIMENSIONS
+            [(d.column, _dimension_cell(d.name, d.column, d.default)) for d in PARALLEL_DIMENSIONS
              if d.column is not None and shown(d)]
             + [(Column("m", 45), lambda c, m: str(m["microbatches_per_step"]))],
             key=lambda cc: cc[0].order))
@@ -34,7 +34,8 @@ def _config_columns(shown: Callable[[Any], bool] = lambda d: not d.column.hide_d
 #: The front table's configuration columns, as (header, cell(config, metrics)): the dimension
 #: declarations' columns (costmodel.dimensions.Column) and, next to the micro-batch size, the
 #: microbatches per step, in column order. A ``hide_default`` column (cp) joins only where a
-#: front point leaves its dimension's default (:func:`_doc_columns`).
+#: front point leaves its dimension's default, and the ``omit_default`` ones (ep, etp) also for
+#: every MoE model (:func:`_doc_columns`).
 _CONFIG_COLUMNS = _config_columns()
 _METRIC_COLUMNS = ("tok/s/GPU", "tok/s 80%", "tokens/s", "MFU", "step s", "peak GiB",
                    "bottleneck")
@@ -55,8 +56,9 @@ def interval_text(m: dict[str, Any], key: str = "tokens_per_s_interval") -> str:
 
 def _doc_columns(doc: dict[str, Any]) -> tuple[tuple[str, Callable[[dict, dict], str]], ...]:
     configs = [p["config"] for p in doc["pareto_front"]]
-    return _config_columns(lambda d: not d.column.hide_default or any(
-        c.get(d.name, d.default) != d.default for c in configs))
+    moe = "moe" in doc.get("inputs", {}).get("model", {})
+    return _config_columns(lambda d: not d.column.hide_default or (moe and d.omit_default)
+                           or any(c.get(d.name, d.default) != d.default for c in configs))
 
 
 def front_headers(doc: dict[str, Any]) -> tuple[str, ...]:
@@ -124,7 +126,11 @@ def render_front(doc: dict[str, Any], top_k: int = 0) -> str:
     inp = doc["inputs"]
     st = doc["stats"]
     cl = inp["cluster"]
-    head = (f"paraplan {doc['tool']['version']}: {inp['model']['name']} on "
+    mdl = inp["model"]
+    params = (f" ({mdl['total_params'] / 1e9:,.1f}B total / {mdl['active_params'] / 1e9:,.1f}B "
+              f"active, {mdl['moe']['num_experts']} experts top-{mdl['moe']['top_k']})"
+              if "active_params" in mdl else "")
+    head = (f"paraplan {doc['tool']['version']}: {inp['model']['name']}{params} on "
             f"{cl['num_gpus']} x {cl['gpu']['name']} ({cl['num_nodes']} "
             f"node{'s' if cl['num_nodes'] != 1 else ''} x "
             f"{cl['gpus_per_node']}), seq {inp['training']['seq_length']}, global batch "

@@ -173,7 +173,9 @@ def collect_residuals(data_dir=None) -> dict[str, Any]:
     path = P.resolve_data_dir(data_dir)
     entries, rows = P.load_data(path)
     col = P.collect_runs(entries, rows)
-    runs = [r for r in col.runs if r.step_time_s or r.memory_bytes]
+    # MoE runs (issue 22) are left out: the table is the dense model's residuals, and the
+    # dense problems' intervals stay what they were
+    runs = [r for r in col.runs if (r.step_time_s or r.memory_bytes) and r.model.moe is None]
     pred, _ = P.predict(runs)
     step, mem = [], []
     for r in runs:

@@ -163,7 +163,9 @@ from costmodel.errors import InputError
 from costmodel.specs import (
     ClusterSpec,
     InterNodeSpec,
+    MLASpec,
     ModelSpec,
+    MoESpec,
     ParallelConfig,
     TrainingSpec,
 )
@@ -810,6 +812,60 @@ def zero_of(par: Mapping[str, Any], *, nemo: bool) -> int:
     return parse_zero(z)
 
 
+def moe_block(model: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The MoESpec fields of an entry's ``model.moe`` block (README: experts, top-k, expert
+    and shared-expert widths, dense layers), or None when it is absent or incomplete."""
+    m = model.get("moe")
+    if not isinstance(m, Mapping):
+        return None
+    e, k, f = (_as_int(m.get(x)) for x in ("num_experts", "top_k", "expert_ffn_hidden"))
+    if not (e and k and f) or e < 2:
+        return None
+    shared = _as_int(m.get("shared_experts")) or 0
+    fs = _as_int(m.get("shared_expert_ffn_hidden")) or 0
+    if shared and not fs:
+        fs = shared * f
+    out = dict(num_experts=e, top_k=k, expert_ffn_hidden_size=f,
+               dense_layers=_as_int(m.get("dense_layers")) or 0,
+               router="sigmoid" if "sigmoid" in str(m.get("router", "")).lower()
+               else "softmax")
+    if shared and fs:
+        out.update(shared_experts=shared, shared_ffn_hidden_size=fs)
+    return out
+
+
+def mla_block(model: Mapping[str, Any]) -> MLASpec | None:
+    m = model.get("mla")
+    if not isinstance(m, Mapping):
+        return None
+    try:
+        return MLASpec(q_lora_rank=_as_int(m.get("q_lora_rank")),
+                       kv_lora_rank=_as_int(m.get("kv_lora_rank")),
+                       qk_nope_head_dim=_as_int(m.get("qk_nope_head_dim")),
+                       qk_rope_head_dim=_as_int(m.get("qk_rope_head_dim")),
+                       v_head_dim=_as_int(m.get("v_head_dim")))
+    except InputError as e:
+        raise SkipEntry(f"model.mla rejected: {e}") from None
+
+
+def moe_model_spec(spec: ModelSpec, model: Mapping[str, Any]) -> ModelSpec:
+    """A MoE entry's ModelSpec: the dense shape plus its MoE (and MLA) blocks. Every MoE
+    family of the data (DeepSeek-V3, Qwen3-MoE, GPT-OSS) is a RoPE, RMSNorm, SwiGLU model
+    with untied embeddings; GPT-OSS has attention biases and sinks, Qwen3 q/k norms."""
+    name = f"{model.get('name', '')}".lower()
+    oss = "gpt-oss" in name or "gpt_oss" in name
+    moe = dict(moe_block(model))
+    if oss:
+        moe.update(router_bias=True, expert_bias=True)
+    try:
+        return replace(spec, moe=MoESpec(**moe), mla=mla_block(model), gated_mlp=True,
+                       tied_embeddings=False, learned_position_embeddings=False,
+                       max_position_embeddings=None, normalization="rmsnorm",
+                       linear_bias=oss, attention_sinks=oss, qk_norm=True if "qwen3" in name else None)
+    except InputError as e:
+        raise SkipEntry(f"model.moe rejected: {e}") from None
+
+
 def not_modelled(entry: Mapping[str, Any], model: Mapping[str, Any],
                  par: Mapping[str, Any]) -> list[str]:
     """Why the cost model cannot score an entry yet, one reason per feature ([] if it can)."""
@@ -820,7 +876,7 @@ def not_modelled(entry: Mapping[str, Any], model: Mapping[str, Any],
     moe = mixture_of_experts(model, par)
     if not moe and isinstance(model.get("moe"), Mapping):
         moe = f"model.moe: {model['moe'].get('num_experts', '?')} experts"
-    if moe:
+    if moe and not (moe_block(model) and not out):  # a complete MoE block is modelled
         out.append(f"{SKIP_MOE} ({moe})")
     hint = par.get("recipe_hint") if isinstance(par.get("recipe_hint"), Mapping) else {}
     if any("offload" in str(k).lower() for k in hint) or "offload" in str(par.get("recompute",
@@ -844,6 +900,7 @@ def skip_category(reason: str) -> str:
                      ("CPU offload", "activation offload (issue 21)"),
                      ("with pp > 1", "ZeRO-3/FSDP with pp > 1 (issue 21)"),
                      ("layout_complete: false", "incomplete layout (layout_complete: false)"),
+                     ("expert grid", "expert grid does not tile the world (published layout)"),
                      ("incomplete", "incomplete layout or model"),
                      ("NCCL", "NCCL bus-bandwidth entry"),
                      ("analytical", "analytical formula"),
@@ -909,7 +966,12 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
     gbs = _require_int(par, "global_batch", "layout")
     vtrain = group.startswith("vtrain")
     nemo = is_nemo_table(group, par)
+    moe = moe_block(model)
+    if moe is not None and isinstance(model.get("mla"), Mapping):
+        model = {k: v for k, v in model.items() if k != "kv_heads"}  # MLA: no GQA groups
     spec, seq = model_spec(model, name=eid)
+    if moe is not None:
+        spec = moe_model_spec(spec, model)
     _layout_check(spec, tp)
     if gbs % (mbs * dp):
         raise SkipEntry(f"global_batch {gbs} not a multiple of micro_batch {mbs} x dp {dp}")
@@ -947,13 +1009,20 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
     sp = _bool_field(par.get("sequence_parallel"))
     if sp is None:
         sp = nemo and tp > 1
+    experts = {}
+    if moe is not None:  # etp not stated: 1, the MoE recipes' setting (MoE README)
+        experts = dict(ep=_as_int(par.get("ep")) or 1, etp=_as_int(par.get("etp")) or 1)
+        if (tp * cp * dp) % (experts["ep"] * experts["etp"]) or \
+                moe["num_experts"] % experts["ep"]:
+            raise SkipEntry(f"expert grid ep={experts['ep']} etp={experts['etp']} does not "
+                            f"tile tp*cp*dp={tp * cp * dp} or the {moe['num_experts']} experts")
     try:
         pc = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm_type=cp_comm_type_of(group, par),
                             micro_batch_size=mbs, precision=precision,
                             recompute=recompute, sequence_parallel=bool(sp) and tp > 1,
                             zero_stage=zero,
                             schedule="interleaved" if vpp > 1 else "1f1b",
-                            virtual_stages=vpp if vpp > 1 else 1)
+                            virtual_stages=vpp if vpp > 1 else 1, **experts)
     except InputError as e:
         raise SkipEntry(f"layout rejected: {e}") from None
     if not cluster.gpu.supports(precision):
@@ -966,7 +1035,9 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             fp8_recipe="delayed" if vtrain else fp8_recipe_of(par),
                             overlap_p2p_comm=overlaps_p2p(entry, flags),
                             fp8_param_gather=gathers_in_fp8(group, par),
-                            grad_reduce_in_bf16=reduces_in_bf16(group, par, flags))
+                            grad_reduce_in_bf16=reduces_in_bf16(group, par, flags),
+                            # NVIDIA's MoE benchmarks force-balance the routing (README)
+                            moe_load_imbalance=1.0 if moe is not None and nemo else None)
 
     step, src = measured_step_time(measured, derived, training.tokens_per_step, world,
                                    include_derived=include_derived, global_batch=gbs)

@@ -1,0 +1,200 @@
+"""The Mixture-of-Experts layer: its op table, its expert-parallel all-to-all, its memory.
+
+Used only for models with a :class:`~costmodel.specs.MoESpec` (a dense model never reaches
+this module, so dense results are unchanged). Formulas and flags: modern-training.md
+section 2 (Megatron-Core ``megatron/core/transformer/moe``, its README, DeepSeek-V3 report).
+
+Per micro-batch on one rank, Megatron-Core's ``alltoall`` dispatcher with grouped GEMMs
+(``--moe-grouped-gemm``), uniform routing times the load-imbalance factor ``iota``:
+
+- ``T = b s / t`` tokens enter the MoE block on a rank (the sequence-parallel shard; without
+  sequence parallelism Megatron scatters the sequence over TP before the router);
+- router GEMM ``T x E x h`` (fp32 in Megatron with ``--moe-router-dtype``; priced at the
+  16-bit peak), replicated;
+- permute and unpermute: one HBM read and write of the ``T k`` routed copies of ``h``
+  each way (``moe_utils.permute`` / ``unpermute``), forward and backward;
+- dispatch all-to-all over EP of ``T k h`` activation bytes per rank, the expert-TP
+  all-gather of ``etp T k h`` (and its reduce-scatter on combine), combine all-to-all of the
+  same size; the backward runs the same four (modern-training.md 2.3): priced by
+  :func:`costmodel.collectives.alltoall_time_s` (nccl.md section 7) on the EP group's real
+  geometry (:func:`costmodel.layout.group`: NVLink inside a host, the NICs across hosts);
+  exposed (the ``--overlap-moe-expert-parallel-comm`` overlap is not modelled);
+- grouped expert GEMMs: ``E/ep`` local experts, each ``M = iota T k ep etp / E`` rows
+  (modern-training.md 2.4), width ``f_e / etp``; TE's GroupedLinear / CUTLASS grouped GEMM
+  schedule every group's tiles in one launch, so the grouped GEMM is priced as one GEMM of
+  ``E/ep x ceil(M / 128) x 128`` rows (each expert's rows padded to the 128-row CTA tile) by
+  :func:`costmodel.compute.gemm_time_s`, whose tile/wave quantisation and small-K factor
+  then make small per-expert GEMMs lose efficiency;
+- shared experts: a dense gated MLP of width ``f_s`` split by ``t`` (their TP collectives
+  are the dense MLP's, which the layer keeps);
+- the expert activation (SwiGLU) on ``M`` rows of ``f_e / etp``.
+
+``iota``: :data:`DEFAULT_LOAD_IMBALANCE` for real routing (our choice: the most loaded EP
+rank's tokens over the mean; modern-training.md 2.4 calls the factor a modelling choice),
+``TrainingSpec.moe_load_imbalance`` overrides it (1.0 for the force-balanced benchmarks of
+Megatron-Bridge's performance tables).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel import collectives as coll
+from costmodel.compute import active_layer_gemm_params  # noqa: F401  (re-exported)
+from costmodel.layout import Layout, group
+from costmodel.pricing import GEMM, MEMORY, Kernel
+
+#: the most loaded EP rank's routed tokens over the mean, for real (aux-loss balanced)
+#: routing; 1.0 for --moe-router-force-load-balancing
+DEFAULT_LOAD_IMBALANCE = 1.1
+#: rows of the grouped GEMM's CTA tile each expert's token block is padded to
+GROUPED_GEMM_TILE_M = 128.0
+
+
+@dataclass(frozen=True)
+class MoEShape:
+    """One MoE layer's sizes on one rank, per configuration."""
+
+    tokens: np.ndarray  # T: tokens entering the block on this rank
+    routed: np.ndarray  # T k iota: routed copies a rank sends (the slowest rank)
+    local_experts: np.ndarray  # E / ep
+    rows_per_expert: np.ndarray  # M = iota T k ep etp / E
+    width: np.ndarray  # f_e / etp
+    ep: np.ndarray
+    etp: np.ndarray
+    frac: float  # share of the model's layers that are MoE
+
+
+def moe_shape(model, training, batch, tokens: np.ndarray, tp: np.ndarray) -> MoEShape:
+    m = model.moe
+    iota = float(training.moe_load_imbalance if training.moe_load_imbalance is not None
+                 else DEFAULT_LOAD_IMBALANCE)
+    ep, etp = batch.ep.astype(float), batch.etp.astype(float)
+    T = tokens / tp
+    rows = iota * T * m.top_k * ep * etp / m.num_experts
+    return MoEShape(T, iota * T * m.top_k, m.num_experts / ep, rows,
+                    m.expert_ffn_hidden_size / etp, ep, etp,
+                    model.moe_layers / model.num_layers)
+
+
+def moe_kernels(model, sh, ms: MoEShape, ea: float) -> tuple[list[Kernel], list[tuple]]:
+    """The MoE block's kernels and (name, kernel, pass, category, repeat, parts) rows."""
+    m = model.moe
+    h = sh.hidden
+    up = (2.0 if model.gated_mlp else 1.0)
+    rows = np.ceil(ms.rows_per_expert / GROUPED_GEMM_TILE_M) * GROUPED_GEMM_TILE_M
+    grouped_m = ms.local_experts * rows
+    copies = ms.routed * ms.etp  # rows the rank's experts hold after the expert-TP gather
+    kerns = [Kernel("moe.router", GEMM, ms.tokens, float(m.num_experts), h, peak="attention"),
+             Kernel("moe.fc1", GEMM, grouped_m, up * ms.width, h),
+             Kernel("moe.fc2", GEMM, grouped_m, h, ms.width),
+             # permute + unpermute: read and write the routed copies' hidden states
+             Kernel("moe.permute", MEMORY, nbytes=4.0 * copies * h * ea, kernels=4.0),
+             Kernel("moe.act", MEMORY, nbytes=(3.0 if model.gated_mlp else 2.0)
+                    * copies * ms.width * ea, kernels=1.0)]
+    if m.shared_experts:
+        fs = float(m.shared_ffn_hidden_size)
+        kerns += [Kernel("moe.shared_fc1", GEMM, sh.tokens, up * fs / sh.tp, h),
+                  Kernel("moe.shared_fc2", GEMM, sh.tokens, h, fs / sh.tp)]
+    ops = []
+    for k in kerns:
+        if k.kind == GEMM:
+            ops.append((f"{k.name}.fwd", k.name, "forward", "moe", None, ()))
+            ops.append((f"{k.name}.bwd", k.name, "backward", "moe", 2.0, ("data", "weight")))
+        else:
+            ops.append((f"{k.name}.fwd", k.name, "forward", "moe", None, ()))
+            ops.append((f"{k.name}.bwd", k.name, "backward", "moe", 2.0 if k.name ==
+                        "moe.act" else None, ()))
+    return kerns, ops
+
+
+def ep_comm_s(cluster, system, batch, ms: MoEShape, hidden: float, ea: float, rc
+              ) -> np.ndarray:
+    """Exposed EP (and expert-TP) communication of one MoE layer per micro-batch: dispatch and
+    combine all-to-all forward and backward (and in the recomputed forward), priced once per
+    distinct (tp, cp, pp, dp, ep, etp)."""
+    n = len(batch)
+    ep_ranks, ep_hosts = np.ones(n, np.int64), np.ones(n, np.int64)
+    etp_hosts = np.ones(n, np.int64)
+    key = np.stack([batch.tp, batch.cp, batch.pp, batch.dp, batch.ep, batch.etp], axis=1)
+    uniq, inv = np.unique(key, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    geo = {}
+    for j, (t, c, p, d, e, et) in enumerate(uniq):
+        try:
+            lay = Layout(tp=int(t), cp=int(c), dp=int(d), pp=int(p), ep=int(e), etp=int(et))
+            g_ep, g_etp = group(cluster, lay, "ep"), group(cluster, lay, "etp")
+            # a group inside one multi-host NVLink domain (NVL72) runs over NVLink
+            mnnvl = g_ep.hosts > 1 and g_ep.domains == 1
+            geo[j] = (g_ep.n_ranks, 1 if mnnvl else g_ep.hosts, g_etp.hosts, mnnvl)
+        except Exception:  # an invalid expert grid (the rules reject it): priced as none
+            geo[j] = (1, 1, 1, False)
+    mnnvl = np.zeros(n, bool)
+    for j, (r, hsts, eh, mn) in geo.items():
+        sel = inv == j
+        ep_ranks[sel], ep_hosts[sel], etp_hosts[sel], mnnvl[sel] = r, hsts, eh, mn
+    nbytes = ms.routed * hidden * ea
+    host = (ep_ranks > 1) & ~mnnvl
+    a2a = np.zeros(n)
+    if host.any():
+        a2a[host] = coll.alltoall_time_s(system, np.maximum(nbytes[host], 1.0), ep_ranks[host],
+                                         ep_hosts[host])
+    if mnnvl.any():
+        # EP across the hosts of one NVLink domain (GB200/GB300 NVL72: MNNVL; Megatron's
+        # MoE README, HybridEP): (n-1)/n of the send buffer over the GPU's NVLink bandwidth,
+        # one NVLink latency per round of peers (the link model would price these host hops
+        # on the NICs)
+        r = ep_ranks[mnnvl].astype(float)
+        bw = cluster.gpu.nvlink_bandwidth_bytes_per_s or cluster.intra_node.bandwidth_bytes_per_s
+        rounds = np.ceil((r - 1.0) / coll.ALLTOALL_PEERS_PER_ROUND)
+        a2a[mnnvl] = (rounds * cluster.intra_node.latency_s
+                      + nbytes[mnnvl] * (r - 1.0) / r / bw)
+    etp = batch.etp
+    gathered = nbytes * ms.etp
+    ag = np.zeros(n)
+    if (etp > 1).any():
+        s = etp > 1
+        ag[s] = (coll.collective_time_s(system, "allgather", gathered[s], etp[s], etp_hosts[s])
+                 .time_s
+                 + coll.collective_time_s(system, "reducescatter", gathered[s], etp[s],
+                                          etp_hosts[s]).time_s)
+    passes = 2.0 + np.where(rc == 2, 1.0, 0.0)  # forward, backward, recomputed forward
+    return ms.frac * passes * (2.0 * a2a + ag)
+
+
+def moe_activation_delta(model, sh, ms: MoEShape, rc, ea: float) -> np.ndarray:
+    """What a MoE layer stores beyond a dense layer's formula (which the layer keeps for its
+    attention), averaged over the model's layers: minus the dense MLP's 6 s b f / t
+    (gated, 16-bit), plus per routed copy its input (h), fc1 output (2 f_e / etp) and fc2
+    input (f_e / etp) (modern-training.md 2.2, derived), the router's fp32 logits and
+    probabilities, the shared experts' dense-MLP intermediates. Full recompute keeps only the
+    layer input: no change."""
+    m = model.moe
+    g = 3.0 if model.gated_mlp else 2.0
+    dense_mlp = g * sh.tokens * sh.ffn / sh.tp * ea
+    copies = ms.routed * ms.etp
+    routed = copies * (sh.hidden + g * ms.width) * ea
+    router = 8.0 * ms.tokens * m.num_experts
+    shared = g * sh.tokens * m.shared_ffn_hidden_size / sh.tp * ea
+    delta = ms.frac * (routed + router + shared - dense_mlp)
+    return np.where(rc == 2, 0.0, delta)
+
+
+def dispatcher_buffer_bytes(model, ms: MoEShape, hidden: float, ea: float) -> np.ndarray:
+    """The all-to-all's send and receive buffers of one layer's routed copies (live during
+    the layer; allocated per layer by the alltoall dispatcher)."""
+    return 2.0 * ms.routed * ms.etp * hidden * ea
+
+
+def expert_param_split(model) -> tuple[float, float]:
+    """(non-expert, routed-expert) parameters per layer, averaged over the model's layers."""
+    L = model.num_layers
+    experts = model.moe_layers * model.routed_expert_params
+    return (model.layers_params - experts) / L, experts / L
+
+
+__all__ = ["DEFAULT_LOAD_IMBALANCE", "GROUPED_GEMM_TILE_M", "MoEShape", "active_layer_gemm_params",
+           "dispatcher_buffer_bytes", "ep_comm_s", "expert_param_split", "moe_activation_delta",
+           "moe_kernels", "moe_shape"]

@@ -1,0 +1,56 @@
+"""Megatron-LM flags of a Mixture-of-Experts / MLA model and its expert grid.
+
+Names checked against Megatron-LM core_v0.16.1 ``megatron/training/arguments.py``
+(``_add_moe_args``: ``--num-experts``, ``--moe-layer-freq``; ``_add_mla_args``: ``--q-lora-rank``
+... ``--v-head-dim``) and the ``TransformerConfig`` / ``ModelParallelConfig`` fields that
+``ArgumentGroupFactory`` turns into ``--field-name`` flags (``--moe-router-topk``,
+``--expert-model-parallel-size``, ``--expert-tensor-parallel-size``, ``--moe-grouped-gemm``,
+``--moe-token-dispatcher-type``, ``--moe-ffn-hidden-size``,
+``--moe-shared-expert-intermediate-size``, ``--moe-shared-expert-gate``,
+``--moe-router-score-function``, ``--multi-latent-attention``);
+modern-training.md sections 2.5 and 2.6.
+"""
+
+from __future__ import annotations
+
+from costmodel.specs import ModelSpec, ParallelConfig
+
+
+def megatron_moe_args(model: ModelSpec, config: ParallelConfig) -> list[str]:
+    """The MoE and MLA tokens (none for a dense model with MHA/GQA). The expert-TP size is
+    always written: Megatron's default is TP, paraplan's 1."""
+    a: list[str] = []
+    m = model.moe
+    if m is not None:
+        a += ["--num-experts", str(m.num_experts),
+              "--moe-router-topk", str(m.top_k),
+              "--moe-ffn-hidden-size", str(m.expert_ffn_hidden_size),
+              "--expert-model-parallel-size", str(config.ep),
+              "--expert-tensor-parallel-size", str(config.etp),
+              "--moe-grouped-gemm",
+              "--moe-token-dispatcher-type", "alltoall" if config.ep > 1 else "allgather"]
+        freq = m.megatron_layer_freq(model.num_layers)
+        if freq != 1:
+            a += ["--moe-layer-freq", str(freq)]
+        if m.shared_experts:
+            a += ["--moe-shared-expert-intermediate-size", str(m.shared_ffn_hidden_size)]
+            if m.shared_expert_gate:
+                a.append("--moe-shared-expert-gate")
+        if m.router != "softmax":
+            a += ["--moe-router-score-function", m.router]
+        if m.capacity_factor is not None:
+            a += ["--moe-expert-capacity-factor", str(m.capacity_factor)]
+        # MTP modules (--mtp-num-layers) are not scored, so not emitted: the flags train the
+        # model that was scored
+    la = model.mla
+    if la is not None:
+        a += ["--multi-latent-attention", "--kv-lora-rank", str(la.kv_lora_rank),
+              "--qk-head-dim", str(la.qk_nope_head_dim),
+              "--qk-pos-emb-head-dim", str(la.qk_rope_head_dim),
+              "--v-head-dim", str(la.v_head_dim)]
+        if la.q_lora_rank is not None:
+            a += ["--q-lora-rank", str(la.q_lora_rank)]
+    return a
+
+
+__all__ = ["megatron_moe_args"]
