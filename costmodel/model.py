@@ -134,8 +134,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     ea = ACT_BYTES[batch.precision]
 
     layer, distinct = price_distinct_layers(model, training, eff, fw, gpu, system, batch, groups)
-    moe = _moe_terms(model, cluster, system, training, batch, shard, ea) if model.moe else None
-    layer = layer if moe is None else layer.with_(tp_comm_s=layer.tp_comm_s + moe["ep_comm_s"])
+    layer, moe = _with_moe(layer, model, cluster, system, training, batch, shard, ea)
     layer = accumulate_gradients(layer, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
     head, emb = _end_shares(layer)
@@ -153,8 +152,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     st = stage_times(plan, layer, pipe, partial, offload)
     timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v, zb_ratio(layer, sched))
     steady = steady_state(st, layer, timeline.steady_s, m, partial)
-    params = stage_params(plan, model, training, shard.vocab, shard.tp,
-                          None if moe is None else moe["non_expert"])
+    params = stage_params(plan, model, training, shard.vocab, shard.tp, moe and moe["non_expert"])
     expert, dp_params = _expert_params(plan, params, moe, batch, sharded.dp)
     dp = data_parallel_step(comm, grad_batch, groups, fw, eff, training, sharded, dp_params,
                             plan.groups[0].layers, layer, steady, m, shard.vocab, shard.hidden,
@@ -212,6 +210,16 @@ def partial_recompute(model, training, eff, fw, gpu, system, batch: ConfigBatch,
     plain = accumulate_gradients(plain, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
     return PartialRecompute(n, v, plain)
+
+
+def _with_moe(layer: LayerCosts, model, cluster, system, training, batch, shard, ea
+              ) -> tuple[LayerCosts, dict | None]:
+    """The layer with a MoE model's exposed EP communication added, and the MoE terms (the
+    layer and None for a dense model)."""
+    if model.moe is None:
+        return layer, None
+    moe = _moe_terms(model, cluster, system, training, batch, shard, ea)
+    return layer.with_(tp_comm_s=layer.tp_comm_s + moe["ep_comm_s"]), moe
 
 
 def _moe_terms(model, cluster, system, training, batch, shard, ea) -> dict:
