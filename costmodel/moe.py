@@ -51,6 +51,9 @@ from costmodel.pricing import GEMM, MEMORY, Kernel
 DEFAULT_LOAD_IMBALANCE = 1.1
 #: rows of the grouped GEMM's CTA tile each expert's token block is padded to
 GROUPED_GEMM_TILE_M = 128.0
+#: host stall of one eager MoE layer per micro-batch (forward + backward) at the dropless
+#: dispatcher's device-to-host sync (moe_host_stall_s)
+MOE_HOST_STALL_S = 4.7e-3
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,30 @@ def ep_comm_s(cluster, system, batch, ms: MoEShape, hidden: float, ea: float, rc
     return ms.frac * passes * (2.0 * a2a + ag)
 
 
+def moe_host_stall_s(training, ms: MoEShape, rc) -> np.ndarray:
+    """The host stall of one MoE layer per micro-batch (forward and backward, and the
+    recomputed forward with full recompute), averaged over the model's layers.
+
+    The dropless dispatchers size the grouped GEMMs and the receive buffers from the tokens
+    per expert, which the host reads back from the GPU (``alltoall``: ``tokens_per_expert``
+    ``.cpu()`` in ``token_dispatcher.py``; the flex dispatchers' receive counts likewise): the
+    host stops running ahead of the GPU there, and the GPU then waits for the host to
+    launch the rest of the block (permutes, the grouped GEMMs' per-expert quantize and GEMM
+    kernels, activation, unpermute) in eager mode. The stall is added to the layer's time,
+    not joined with it (the queue drained at the sync). Megatron removes it with CUDA graphs
+    over the whole iteration (``--cuda-graph-impl full_iteration``, with the sync-free
+    dispatch it requires): ``TrainingSpec.moe_cuda_graph``.
+
+    :data:`MOE_HOST_STALL_S` is measured, not fitted to the group: Megatron-Bridge's
+    Qwen3-30B-A3B on 8 GB200, ep 8, mbs 4, hybridep, the same layout in 26.04 (CUDA graphs
+    of attention, router and preprocess only: 10.04-10.07 s) and 26.06 (full-iteration graphs:
+    6.40-6.44 s): 3.63 s over 16 micro-batches x 48 MoE layers = 4.7 ms."""
+    if training.moe_cuda_graph:
+        return np.zeros(np.shape(rc))
+    passes = (3.0 + np.where(rc == 2, 1.0, 0.0)) / 3.0  # fwd + two backward halves (+ recompute)
+    return ms.frac * MOE_HOST_STALL_S * passes * np.ones(np.shape(ms.ep))
+
+
 def moe_activation_delta(model, sh, ms: MoEShape, rc, ea: float) -> np.ndarray:
     """What a MoE layer stores beyond a dense layer's formula (which the layer keeps for its
     attention), averaged over the model's layers: minus the dense MLP's 6 s b f / t
@@ -195,6 +222,6 @@ def expert_param_split(model) -> tuple[float, float]:
     return (model.layers_params - experts) / L, experts / L
 
 
-__all__ = ["DEFAULT_LOAD_IMBALANCE", "GROUPED_GEMM_TILE_M", "MoEShape", "active_layer_gemm_params",
+__all__ = ["DEFAULT_LOAD_IMBALANCE", "GROUPED_GEMM_TILE_M", "MOE_HOST_STALL_S", "MoEShape", "active_layer_gemm_params",
            "dispatcher_buffer_bytes", "ep_comm_s", "expert_param_split", "moe_activation_delta",
-           "moe_kernels", "moe_shape"]
+           "moe_host_stall_s", "moe_kernels", "moe_shape"]

@@ -333,3 +333,32 @@ def test_deepseek_v3_flags_pass_megatrons_parser(tmp_path):
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[256, 8, 8, 1, 58, 1536]"
+
+
+def test_nvl72_segments_keep_ep_groups_inside_a_rack():
+    from optimizer.validation.published import moe_segment_domain
+
+    # 256 GPUs on 4-GPU trays: 4 segments of 16 trays (64 GPUs a rack), not 72-GPU cuts
+    assert moe_segment_domain(72, 256, 4) == 64
+    assert moe_segment_domain(72, 64, 4) == 72  # one rack holds the job
+    assert moe_segment_domain(72, 144, 4) == 72
+    assert moe_segment_domain(None, 256, 8) is None
+
+
+def test_moe_host_stall_unless_cuda_graphed():
+    from dataclasses import replace
+
+    from costmodel.moe import MOE_HOST_STALL_S
+    from optimizer.validation.published import moe_graphed
+
+    assert moe_graphed({"recipe_hint": {"cuda_graph_impl": "full_iteration"}})
+    assert not moe_graphed({"recipe_hint": {"cuda_graph_impl": "transformer_engine",
+                                            "cuda_graph_scope": ["attn", "moe_router"]}})
+    assert not moe_graphed({})
+    p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=64)
+    cols = dict(tp=[1], pp=[1], dp=[8], ep=[8], etp=[1], micro_batch_size=[1], zero_stage=[1])
+    eager = _score(p, **cols)
+    graphed = _score(replace(p, training=replace(p.training, moe_cuda_graph=True)), **cols)
+    frac = p.model.moe_layers / p.model.num_layers
+    stall = eager.layer.host_s[0] - graphed.layer.host_s[0]
+    assert stall == pytest.approx(frac * MOE_HOST_STALL_S)

@@ -834,6 +834,35 @@ def moe_block(model: Mapping[str, Any]) -> dict[str, Any] | None:
     return out
 
 
+def moe_segment_domain(domain: int | None, world: int, gpus_per_node: int) -> int | None:
+    """The NVLink domain a MoE job's expert-parallel groups see on NVL72 racks. Megatron-Bridge
+    places a job with Slurm's ``--segment`` (hardware.intra_node: "slurm --segment up to 18
+    nodes"): whole segments of ``s`` hosts in one rack, ``s`` dividing the job's hosts. A
+    256-GPU job on 4-GPU trays runs as 4 segments of 16 trays, 64 GPUs a rack, so its
+    64-rank EP groups sit inside one rack; the cost model's contiguous 72-GPU domains would
+    cut them. The domain is the largest whole number of hosts, at most the rack, whose GPUs
+    divide the world (the world itself when it fits in one rack)."""
+    if not domain or world <= domain:
+        return domain
+    for hosts in range(domain // gpus_per_node, 0, -1):
+        if world % (hosts * gpus_per_node) == 0:
+            return hosts * gpus_per_node
+    return domain
+
+
+def moe_graphed(par: Mapping[str, Any]) -> bool:
+    """Whether a MoE entry's recipe runs its MoE layers inside CUDA graphs
+    (``recipe_hint.cuda_graph_impl: full_iteration``, or a graph scope naming the whole MoE
+    block, ``moe``): no host stall at the dispatcher (:func:`costmodel.moe.moe_host_stall_s`).
+    Scopes of the router and preprocess only leave the dispatch and the experts eager."""
+    hint = par.get("recipe_hint") if isinstance(par.get("recipe_hint"), Mapping) else {}
+    if str(hint.get("cuda_graph_impl", "")).lower() == "full_iteration":
+        return True
+    scope = hint.get("cuda_graph_scope") or []
+    scope = [scope] if isinstance(scope, str) else list(scope)
+    return any(str(x).lower() == "moe" for x in scope)
+
+
 def mla_block(model: Mapping[str, Any]) -> MLASpec | None:
     m = model.get("mla")
     if not isinstance(m, Mapping):
@@ -990,6 +1019,8 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
         gpu = gpu_key(hardware["gpu"], hardware.get("gpu_memory_gb"))
     gpn = _leading_int(hardware.get("gpus_per_node"), 8)
     domain = _as_int(hardware.get("nvlink_domain_gpus"))
+    if moe is not None:
+        domain = moe_segment_domain(domain, world, gpn)
     cluster = build_cluster(gpu, world, gpn, hardware.get("inter_node"), nvlink_domain=domain)
 
     # layout
@@ -1037,7 +1068,8 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             fp8_param_gather=gathers_in_fp8(group, par),
                             grad_reduce_in_bf16=reduces_in_bf16(group, par, flags),
                             # NVIDIA's MoE benchmarks force-balance the routing (README)
-                            moe_load_imbalance=1.0 if moe is not None and nemo else None)
+                            moe_load_imbalance=1.0 if moe is not None and nemo else None,
+                            moe_cuda_graph=moe is not None and moe_graphed(par))
 
     step, src = measured_step_time(measured, derived, training.tokens_per_step, world,
                                    include_derived=include_derived, global_batch=gbs)
