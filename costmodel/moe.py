@@ -191,20 +191,26 @@ def moe_host_stall_s(training, ms: MoEShape, rc) -> np.ndarray:
     return ms.frac * MOE_HOST_STALL_S * passes * np.ones(np.shape(ms.ep))
 
 
-def moe_activation_delta(model, sh, ms: MoEShape, rc, ea: float) -> np.ndarray:
+def moe_activation_delta(model, sh, ms: MoEShape, rc, ea: float, fp8=False) -> np.ndarray:
     """What a MoE layer stores beyond a dense layer's formula (which the layer keeps for its
-    attention), averaged over the model's layers: minus the dense MLP's 6 s b f / t
-    (gated, 16-bit), plus per routed copy its input (h), fc1 output (2 f_e / etp) and fc2
-    input (f_e / etp) (modern-training.md 2.2, derived), the router's fp32 logits and
-    probabilities, the shared experts' dense-MLP intermediates. Full recompute keeps only the
-    layer input: no change."""
+    attention), averaged over the model's layers: minus the dense MLP's intermediates
+    (:func:`costmodel.memory.layer_activation_bytes`: the activation function's 16-bit input,
+    both halves when gated, and the FC2 input), plus per routed copy its fc1 input (h), fc1
+    output (2 f_e / etp gated, 16-bit: the activation's input) and fc2 input (f_e / etp)
+    (modern-training.md 2.2, derived), the router's fp32 logits and probabilities, the shared
+    experts' dense-MLP intermediates. ``fp8`` (Transformer Engine's grouped linears, as its
+    dense linears): the two GEMM inputs are kept as their fp8 casts, 1 byte instead of 2, as
+    the dense formula counts them. Full recompute keeps only the layer input: no change."""
     m = model.moe
-    g = 3.0 if model.gated_mlp else 2.0
-    dense_mlp = g * sh.tokens * sh.ffn / sh.tp * ea
+    e = ea / 2.0  # the coefficients below are bytes at 16 bits
+    q = np.where(np.asarray(fp8, dtype=bool), 0.5, 1.0)
+    act_in = 4.0 if model.gated_mlp else 2.0
+    mlp = (act_in + 2.0 * q) * e  # bytes per FFN column and token
+    dense_mlp = mlp * sh.tokens * sh.ffn / sh.tp
     copies = ms.routed * ms.etp
-    routed = copies * (sh.hidden + g * ms.width) * ea
+    routed = copies * (2.0 * q * sh.hidden + (act_in + 2.0 * q) * ms.width) * e
     router = 8.0 * ms.tokens * m.num_experts
-    shared = g * sh.tokens * m.shared_ffn_hidden_size / sh.tp * ea
+    shared = mlp * sh.tokens * m.shared_ffn_hidden_size / sh.tp
     delta = ms.frac * (routed + router + shared - dense_mlp)
     return np.where(rc == 2, 0.0, delta)
 

@@ -362,3 +362,24 @@ def test_moe_host_stall_unless_cuda_graphed():
     frac = p.model.moe_layers / p.model.num_layers
     stall = eager.layer.host_s[0] - graphed.layer.host_s[0]
     assert stall == pytest.approx(frac * MOE_HOST_STALL_S)
+
+
+def test_fp8_keeps_routed_gemm_inputs_in_one_byte():
+    import numpy as np
+
+    from costmodel.batch import ConfigBatch
+    from costmodel.moe import moe_activation_delta, moe_shape
+    from costmodel.shard import shard_of
+
+    p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=64)
+    b = ConfigBatch.from_columns(tp=[1], pp=[1], dp=[8], ep=[8], etp=[1], micro_batch_size=[1])
+    sh = shard_of(p.model, p.training, b, 8)
+    ms = moe_shape(p.model, p.training, b, sh.tokens, sh.tp)
+    rc = np.zeros(1, np.int64)
+    bf16 = moe_activation_delta(p.model, sh, ms, rc, 2.0, False)
+    fp8 = moe_activation_delta(p.model, sh, ms, rc, 2.0, True)
+    m = p.model.moe
+    # per routed copy h + f_e bytes fewer (fc1 and fc2 inputs), per token f bytes fewer removed
+    # with the dense MLP's FC2 input
+    want = ms.frac * (ms.routed * (sh.hidden + m.expert_ffn_hidden_size) - sh.tokens * sh.ffn)
+    assert float(bf16[0] - fp8[0]) == pytest.approx(float(want[0]))
