@@ -167,6 +167,44 @@ def ep_comm_s(cluster, system, batch, ms: MoEShape, hidden: float, ea: float, rc
     return ms.frac * passes * (2.0 * a2a + ag)
 
 
+#: rows per expert below which the grouped GEMM is far from its peak (a few CTA tiles)
+SMALL_ROWS_PER_EXPERT = 512.0
+
+
+def moe_diagnostics(model, cluster, training, config) -> dict:
+    """One configuration's MoE facts for the diagnosis: the EP (and expert-TP) communication
+    per step (the layer's dispatch/combine all-to-alls times the heaviest stage's layers and
+    the micro-batches), the host stall per step, whether the EP group leaves the NVLink
+    domain, and the rows each local expert's GEMM gets. Empty for a dense model."""
+    if model.moe is None:
+        return {}
+    from costmodel.batch import ConfigBatch
+    from costmodel.compute import ACT_BYTES
+    from costmodel.groups import nccl_system
+    from costmodel.shard import shard_of
+
+    batch = ConfigBatch.from_configs([config])
+    sh = shard_of(model, training, batch, cluster.gpus_per_node)
+    ms = moe_shape(model, training, batch, sh.tokens, sh.tp)
+    ea = float(ACT_BYTES[batch.precision][0])
+    layer = float(ep_comm_s(cluster, nccl_system(cluster), batch, ms, sh.hidden, ea,
+                            batch.recompute)[0])
+    m = training.global_batch_size / (config.micro_batch_size * config.dp)
+    layers = -(-model.num_layers // config.pp)
+    try:
+        g = group(cluster, Layout(tp=config.tp, cp=config.cp, dp=config.dp, pp=config.pp,
+                                  ep=config.ep, etp=config.etp), "ep")
+        crosses = g.domains > 1
+    except Exception:  # an expert grid the rules reject
+        crosses = False
+    return {"ep_comm_s": layer * layers * m,
+            "host_stall_s": float(moe_host_stall_s(training, ms, batch.recompute)[0])
+            * layers * m,
+            "ep_crosses_domain": bool(crosses and config.ep > 1),
+            "rows_per_expert": float(ms.rows_per_expert[0]),
+            "local_experts": float(ms.local_experts[0])}
+
+
 def moe_host_stall_s(training, ms: MoEShape, rc) -> np.ndarray:
     """The host stall of one MoE layer per micro-batch (forward and backward, and the
     recomputed forward with full recompute), averaged over the model's layers.
@@ -228,6 +266,6 @@ def expert_param_split(model) -> tuple[float, float]:
     return (model.layers_params - experts) / L, experts / L
 
 
-__all__ = ["DEFAULT_LOAD_IMBALANCE", "GROUPED_GEMM_TILE_M", "MOE_HOST_STALL_S", "MoEShape", "active_layer_gemm_params",
+__all__ = ["DEFAULT_LOAD_IMBALANCE", "GROUPED_GEMM_TILE_M", "MOE_HOST_STALL_S", "SMALL_ROWS_PER_EXPERT", "MoEShape", "active_layer_gemm_params",
            "dispatcher_buffer_bytes", "ep_comm_s", "expert_param_split", "moe_activation_delta",
-           "moe_host_stall_s", "moe_kernels", "moe_shape"]
+           "moe_diagnostics", "moe_host_stall_s", "moe_kernels", "moe_shape"]

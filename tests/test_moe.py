@@ -383,3 +383,36 @@ def test_fp8_keeps_routed_gemm_inputs_in_one_byte():
     # with the dense MLP's FC2 input
     want = ms.frac * (ms.routed * (sh.hidden + m.expert_ffn_hidden_size) - sh.tokens * sh.ffn)
     assert float(bf16[0] - fp8[0]) == pytest.approx(float(want[0]))
+
+
+def test_torchtitan_expert_parallel_degree_and_refusals():
+    from costmodel.specs import ParallelConfig
+    from optimizer.launch.flags import launch_targets, torchtitan_args
+
+    p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=64)
+    c = ParallelConfig(tp=1, pp=1, dp=8, ep=8, etp=1, micro_batch_size=1, zero_stage=3)
+    a = torchtitan_args(p.model, p.cluster, p.training, c)
+    i = a.index("--parallelism.expert_parallel_degree")
+    assert a[i + 1] == "8"  # torchtitan 0.3 ParallelismConfig.expert_parallel_degree
+    t = launch_targets(p.model, c)
+    assert not t["torchtitan"]["supported"]
+    assert any("dense Llama 3" in r for r in t["torchtitan"]["reasons"])
+    assert t["megatron"]["supported"]  # the Megatron flags carry the experts and MLA
+    dense = torchtitan_args(p.model, p.cluster, p.training,
+                            ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=1, zero_stage=3))
+    assert "--parallelism.expert_parallel_degree" not in dense
+
+
+def test_moe_diagnosis_lines():
+    from costmodel.specs import ParallelConfig
+    from optimizer.output.diagnose import _moe
+
+    p = _problem()  # DeepSeek-V3 on 1024 H100
+    # ep 64 spans 8 hosts of 8: leaves the NVLink domain, its all-to-all on the NICs
+    c = ParallelConfig(tp=1, pp=16, dp=64, ep=64, etp=1, micro_batch_size=1, zero_stage=1,
+                       recompute="full")
+    kinds = {f.kind for f in _moe(p, c, 30.0)}
+    assert "moe_ep_cross_domain" in kinds and "moe_a2a" in kinds
+    small = ParallelConfig(tp=1, pp=16, dp=64, ep=1, etp=1, micro_batch_size=1, zero_stage=1,
+                           recompute="full")
+    assert "moe_small_experts" in {f.kind for f in _moe(p, small, 30.0)}
