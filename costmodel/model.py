@@ -135,8 +135,12 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
 
     layer, distinct = price_distinct_layers(model, training, eff, fw, gpu, system, batch, groups)
     moe = _moe_terms(model, cluster, system, training, batch, shard, ea) if model.moe else None
-    layer = layer if moe is None else layer.with_(tp_comm_s=layer.tp_comm_s + moe["ep_comm_s"],
-                                                  host_s=layer.host_s + moe["host_stall_s"])
+    if moe is not None:
+        from costmodel.moe import moe_host_stall_s
+
+        stall = moe_host_stall_s(training, moe["shape"], batch.recompute)
+        layer = layer.with_(tp_comm_s=layer.tp_comm_s + moe["ep_comm_s"],
+                            host_s=layer.host_s + stall)
     layer = accumulate_gradients(layer, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
     head, emb = _end_shares(layer)
@@ -225,7 +229,7 @@ def _moe_terms(model, cluster, system, training, batch, shard, ea) -> dict:
     edp = np.maximum(world // np.maximum(batch.etp * batch.ep * batch.pp, 1), 1).astype(float)
     return {"ep_comm_s": moe_ops.ep_comm_s(cluster, system, batch, ms, shard.hidden, ea,
                                            batch.recompute),
-            "host_stall_s": moe_ops.moe_host_stall_s(training, ms, batch.recompute),
+            "shape": ms,
             "non_expert": non_expert, "expert": expert, "edp": edp,
             "dispatch_buffers": moe_ops.dispatcher_buffer_bytes(model, ms, shard.hidden, ea)}
 

@@ -211,18 +211,25 @@ def moe_host_stall_s(training, ms: MoEShape, rc) -> np.ndarray:
 
     The dropless dispatchers size the grouped GEMMs and the receive buffers from the tokens
     per expert, which the host reads back from the GPU (``alltoall``: ``tokens_per_expert``
-    ``.cpu()`` in ``token_dispatcher.py``; the flex dispatchers' receive counts likewise): the
-    host stops running ahead of the GPU there, and the GPU then waits for the host to
-    launch the rest of the block (permutes, the grouped GEMMs' per-expert quantize and GEMM
-    kernels, activation, unpermute) in eager mode. The stall is added to the layer's time,
-    not joined with it (the queue drained at the sync). Megatron removes it with CUDA graphs
-    over the whole iteration (``--cuda-graph-impl full_iteration``, with the sync-free
-    dispatch it requires): ``TrainingSpec.moe_cuda_graph``.
+    ``.cpu()`` in ``token_dispatcher.py``; the flex dispatchers' receive counts likewise):
+    the host stops running ahead of the GPU there, and the GPU then waits for the host to
+    launch the rest of the block in eager mode (permutes, the grouped GEMMs' per-expert
+    quantize and GEMM kernels, activation, unpermute). The stall is added to the layer's
+    time: the data's same-layout pairs show it about constant per layer and micro-batch
+    whatever the layer's GPU time (GB200 Qwen3-30B mbs 4: 4.7 ms; B300 mbs 8: 5.5 ms; B200
+    mbs 1 vs the model's GPU time: 6.3 ms), not hidden behind larger layers as a max(host,
+    GPU) would (that form scores the group 20.5% against 18.7%). Token dropping keeps the
+    sync (tokens per expert still vary up to the capacity unless padded to it): the data's
+    token-drop rows on GB200 run as fast as the dropless eager ones (Qwen3-30B 11.5 s in
+    25.09 vs 11.0 s in 25.11). Megatron removes the stall with CUDA graphs over the whole
+    iteration (``--cuda-graph-impl full_iteration``, with the sync-free dispatch it
+    requires): ``TrainingSpec.moe_cuda_graph``.
 
-    :data:`MOE_HOST_STALL_S` is measured, not fitted to the group: Megatron-Bridge's
-    Qwen3-30B-A3B on 8 GB200, ep 8, mbs 4, hybridep, the same layout in 26.04 (CUDA graphs
-    of attention, router and preprocess only: 10.04-10.07 s) and 26.06 (full-iteration graphs:
-    6.40-6.44 s): 3.63 s over 16 micro-batches x 48 MoE layers = 4.7 ms."""
+    :data:`MOE_HOST_STALL_S` is measured on one pair, not fitted to the group:
+    Megatron-Bridge's Qwen3-30B-A3B on 8 GB200, ep 8, mbs 4, hybridep, the same layout in
+    26.04 (CUDA graphs of attention, router and preprocess only: 10.04-10.07 s) and 26.06
+    (full-iteration graphs: 6.40-6.44 s): 3.63 s over 16 micro-batches x 48 MoE layers =
+    4.7 ms."""
     if training.moe_cuda_graph:
         return np.zeros(np.shape(rc))
     passes = (3.0 + np.where(rc == 2, 1.0, 0.0)) / 3.0  # fwd + two backward halves (+ recompute)

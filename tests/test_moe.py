@@ -416,3 +416,19 @@ def test_moe_diagnosis_lines():
     small = ParallelConfig(tp=1, pp=16, dp=64, ep=1, etp=1, micro_batch_size=1, zero_stage=1,
                            recompute="full")
     assert "moe_small_experts" in {f.kind for f in _moe(p, small, 30.0)}
+
+
+def test_moe_rows_without_a_recipe_inherit_the_same_layouts_earlier_hint():
+    from optimizer.validation.published import inherit_moe_recipe_hints
+
+    par = dict(tp=1, pp=1, dp=8, ep=8, micro_batch=4, global_batch=512, precision_norm="mxfp8")
+    hint = {"cuda_graph_impl": "full_iteration"}
+    es = [{"id": "mbridge_26p08_gb200_q_8gpu", "group": "mbridge_perf_moe",
+           "model": {"name": "Q"}, "parallel": dict(par)},
+          {"id": "mbridge_26p06_gb200_q_8gpu", "group": "mbridge_perf_moe",
+           "model": {"name": "Q"}, "parallel": dict(par, recipe_hint=hint)},
+          {"id": "mbridge_26p04_gb200_q_8gpu", "group": "mbridge_perf_moe",
+           "model": {"name": "Q"}, "parallel": dict(par, recipe_hint={"x": 1})}]
+    out = inherit_moe_recipe_hints(es)
+    assert out[0]["parallel"]["recipe_hint"] == hint  # the latest earlier release's
+    assert out[1] is es[1] and out[2] is es[2]
