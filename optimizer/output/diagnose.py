@@ -350,11 +350,12 @@ def _moe(problem, c: ParallelConfig, step: float) -> list[Finding]:
     out = []
     share = d["ep_comm_s"] / step
     if share > A2A_SHARE:
+        where = ", or EP inside the NVLink domain" if d["ep_crosses_domain"] else ""
         out.append(Finding("moe_a2a", f"the expert-parallel all-to-all (dispatch + combine) is "
-                                      f"{share:.0%} of the step (ep={c.ep}): a smaller ep, or "
-                                      "EP inside the NVLink domain, or the framework's "
-                                      "all-to-all overlap (--overlap-moe-expert-parallel-comm, "
-                                      "not scored)", ("lower_ep", "a2a_overlap")))
+                                      f"{share:.0%} of the step (ep={c.ep}): a smaller ep"
+                                      f"{where}, or the framework's all-to-all overlap "
+                                      "(--overlap-moe-expert-parallel-comm, not scored)",
+                           ("lower_ep", "a2a_overlap")))
     if d["ep_crosses_domain"]:
         out.append(Finding("moe_ep_cross_domain", f"the EP group (ep={c.ep}) crosses the NVLink "
                                                   "domain: its all-to-all runs on the NICs",
