@@ -228,7 +228,7 @@ def _moe_terms(model, cluster, system, training, batch, shard, ea) -> dict:
     world = batch.tp * batch.pp * batch.dp * batch.cp
     edp = np.maximum(world // np.maximum(batch.etp * batch.ep * batch.pp, 1), 1).astype(float)
     return {"ep_comm_s": moe_ops.ep_comm_s(cluster, system, batch, ms, shard.hidden, ea,
-                                           batch.recompute),
+                                           batch.recompute, model, training),
             "shape": ms,
             "non_expert": non_expert, "expert": expert, "edp": edp,
             "dispatch_buffers": moe_ops.dispatcher_buffer_bytes(model, ms, shard.hidden, ea)}

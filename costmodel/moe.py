@@ -37,6 +37,7 @@ Megatron-Bridge's performance tables).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,8 +114,18 @@ def moe_kernels(model, sh, ms: MoEShape, ea: float) -> tuple[list[Kernel], list[
     return kerns, ops
 
 
-def ep_comm_s(cluster, system, batch, ms: MoEShape, hidden: float, ea: float, rc
-              ) -> np.ndarray:
+def _remote_host_share(experts: int, k: int, hosts: int) -> float:
+    """A token's distinct remote hosts (uniform routing of k of E experts spread evenly over
+    ``hosts``) over its copies sent off-host by the plain all-to-all (k (H-1)/H)."""
+    if hosts <= 1:
+        return 1.0
+    per = experts // hosts
+    hit = 1.0 - math.comb(experts - per, k) / math.comb(experts, k)
+    return (hosts - 1) * hit / (k * (hosts - 1) / hosts)
+
+
+def ep_comm_s(cluster, system, batch, ms: MoEShape, hidden: float, ea: float, rc,
+              model=None, training=None) -> np.ndarray:
     """Exposed EP (and expert-TP) communication of one MoE layer per micro-batch: dispatch and
     combine all-to-all forward and backward (and in the recomputed forward), priced once per
     distinct (tp, cp, pp, dp, ep, etp)."""
@@ -144,6 +155,21 @@ def ep_comm_s(cluster, system, batch, ms: MoEShape, hidden: float, ea: float, rc
     if host.any():
         a2a[host] = coll.alltoall_time_s(system, np.maximum(nbytes[host], 1.0), ep_ranks[host],
                                          ep_hosts[host])
+    flex = host & (ep_hosts > 1) & (model is not None and training is not None
+                                    and training.moe_dispatcher == "flex")
+    if flex.any():
+        # the flex dispatcher (DeepEP / HybridEP): a token crosses to each remote host holding
+        # one of its experts once and is forwarded to those experts over NVLink there
+        # (Megatron MoE README; DeepEP's internode kernels): the NIC bytes are the token's
+        # distinct remote hosts, not its k copies; the NVLink side moves every copy
+        ratio = np.array([_remote_host_share(model.moe.num_experts, model.moe.top_k, int(x))
+                          for x in ep_hosts[flex]])
+        ppn = np.maximum(ep_ranks[flex] // ep_hosts[flex], 1)
+        nic = coll.alltoall_time_s(system, np.maximum(nbytes[flex] * ratio, 1.0),
+                                   ep_ranks[flex], ep_hosts[flex])
+        nvl = np.where(ppn > 1, coll.alltoall_time_s(system, np.maximum(nbytes[flex], 1.0),
+                                                     ppn, np.ones_like(ppn)), 0.0)
+        a2a[flex] = np.maximum(nic, nvl)
     if mnnvl.any():
         # EP across the hosts of one NVLink domain (GB200/GB300 NVL72: MNNVL; Megatron's
         # MoE README, HybridEP): (n-1)/n of the send buffer over the GPU's NVLink bandwidth,
@@ -188,7 +214,7 @@ def moe_diagnostics(model, cluster, training, config) -> dict:
     ms = moe_shape(model, training, batch, sh.tokens, sh.tp)
     ea = float(ACT_BYTES[batch.precision][0])
     layer = float(ep_comm_s(cluster, nccl_system(cluster), batch, ms, sh.hidden, ea,
-                            batch.recompute)[0])
+                            batch.recompute, model, training)[0])
     m = training.global_batch_size / (config.micro_batch_size * config.dp)
     layers = -(-model.num_layers // config.pp)
     try:

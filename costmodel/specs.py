@@ -712,6 +712,9 @@ class TrainingSpec:
     # MoE: the MoE layers run inside a CUDA graph (Megatron --cuda-graph-impl full_iteration,
     # or a graph scope holding the whole MoE block): no per-layer host stall at the dispatcher
     moe_cuda_graph: bool = False
+    # MoE token dispatcher: alltoall (Megatron's default) | flex (DeepEP / HybridEP: a token
+    # crosses to each remote host once, forwarded over NVLink there)
+    moe_dispatcher: str = "alltoall"
 
     def __post_init__(self) -> None:
         if self.moe_load_imbalance is not None:
@@ -720,6 +723,9 @@ class TrainingSpec:
             if self.moe_load_imbalance < 1:
                 raise InputError("training.moe_load_imbalance",
                                  f"must be >= 1 (max over mean), got {self.moe_load_imbalance}")
+        if self.moe_dispatcher not in ("alltoall", "flex"):
+            raise InputError("training.moe_dispatcher",
+                             f"must be alltoall or flex, got {self.moe_dispatcher!r}")
         _set(self, "seq_length", _int("training", "seq_length", self.seq_length))
         _set(self, "global_batch_size",
              _int("training", "global_batch_size", self.global_batch_size))

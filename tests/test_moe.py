@@ -432,3 +432,21 @@ def test_moe_rows_without_a_recipe_inherit_the_same_layouts_earlier_hint():
     out = inherit_moe_recipe_hints(es)
     assert out[0]["parallel"]["recipe_hint"] == hint  # the latest earlier release's
     assert out[1] is es[1] and out[2] is es[2]
+
+
+def test_flex_dispatcher_sends_a_token_once_per_remote_host():
+    from dataclasses import replace
+
+    from costmodel.moe import _remote_host_share
+
+    # Qwen3-30B (128 experts, top-8) on 2 hosts: ~1 remote host per token vs 4 copies off-host
+    assert _remote_host_share(128, 8, 2) == pytest.approx(0.25, rel=0.01)
+    assert _remote_host_share(128, 8, 1) == 1.0
+    p = _problem(model="qwen3-30b-a3b", gpus=16, seq=4096, gbs=64)
+    cols = dict(tp=[1], pp=[1], dp=[16], ep=[16], etp=[1], micro_batch_size=[1], zero_stage=[1])
+    a2a = _score(p, **cols).layer.tp_comm_s[0]
+    flex = _score(replace(p, training=replace(p.training, moe_dispatcher="flex")),
+                  **cols).layer.tp_comm_s[0]
+    assert 0 < flex < 0.5 * a2a
+    with pytest.raises(InputError):
+        replace(p.training, moe_dispatcher="deepep")

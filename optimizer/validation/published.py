@@ -867,6 +867,13 @@ def moe_graphed(par: Mapping[str, Any]) -> bool:
     return any(str(x).lower() == "moe" for x in scope)
 
 
+def moe_dispatcher_of(par: Mapping[str, Any]) -> str:
+    """``flex`` where the recipe names a flex dispatcher backend (``recipe_hint``
+    ``moe_flex_dispatcher_backend``: deepep / hybridep), else Megatron's ``alltoall``."""
+    hint = par.get("recipe_hint") if isinstance(par.get("recipe_hint"), Mapping) else {}
+    return "flex" if hint.get("moe_flex_dispatcher_backend") else "alltoall"
+
+
 def mla_block(model: Mapping[str, Any]) -> MLASpec | None:
     m = model.get("mla")
     if not isinstance(m, Mapping):
@@ -1073,7 +1080,9 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             grad_reduce_in_bf16=reduces_in_bf16(group, par, flags),
                             # NVIDIA's MoE benchmarks force-balance the routing (README)
                             moe_load_imbalance=1.0 if moe is not None and nemo else None,
-                            moe_cuda_graph=moe is not None and moe_graphed(par))
+                            moe_cuda_graph=moe is not None and moe_graphed(par),
+                            moe_dispatcher=moe_dispatcher_of(par) if moe is not None
+                            else "alltoall")
 
     step, src = measured_step_time(measured, derived, training.tokens_per_step, world,
                                    include_derived=include_derived, global_batch=gbs)
