@@ -214,12 +214,16 @@ def partial_recompute(model, training, eff, fw, gpu, system, batch: ConfigBatch,
 
 def _with_moe(layer: LayerCosts, model, cluster, system, training, batch, shard, ea
               ) -> tuple[LayerCosts, dict | None]:
-    """The layer with a MoE model's exposed EP communication added, and the MoE terms (the
-    layer and None for a dense model)."""
+    """The layer with a MoE model's exposed EP communication and dispatcher host stall added,
+    and the MoE terms (the layer and None for a dense model)."""
     if model.moe is None:
         return layer, None
+    from costmodel.moe import moe_host_stall_s
+
     moe = _moe_terms(model, cluster, system, training, batch, shard, ea)
-    return layer.with_(tp_comm_s=layer.tp_comm_s + moe["ep_comm_s"]), moe
+    stall = moe_host_stall_s(training, moe["shape"], batch.recompute)
+    return layer.with_(tp_comm_s=layer.tp_comm_s + moe["ep_comm_s"],
+                       host_s=layer.host_s + stall), moe
 
 
 def _moe_terms(model, cluster, system, training, batch, shard, ea) -> dict:
@@ -231,7 +235,8 @@ def _moe_terms(model, cluster, system, training, batch, shard, ea) -> dict:
     world = batch.tp * batch.pp * batch.dp * batch.cp
     edp = np.maximum(world // np.maximum(batch.etp * batch.ep * batch.pp, 1), 1).astype(float)
     return {"ep_comm_s": moe_ops.ep_comm_s(cluster, system, batch, ms, shard.hidden, ea,
-                                           batch.recompute),
+                                           batch.recompute, model, training),
+            "shape": ms,
             "non_expert": non_expert, "expert": expert, "edp": edp,
             "dispatch_buffers": moe_ops.dispatcher_buffer_bytes(model, ms, shard.hidden, ea)}
 
