@@ -36,6 +36,7 @@ import numpy as np
 from costmodel.cluster_calibration import EFFICIENCY_PARAMETERS, scales_of
 from costmodel.errors import InputError
 
+MAX_RUNS = 10_000  # measured steps in one runs file
 MIN_SENSITIVITY = 0.01  # |d log t / d log scale| below this on every run: not fitted
 PRIOR_WEIGHT = 0.3  # residual weight of log(scale), a pull towards 1: with 3 runs of a
 # published group, 0.3 gave the best held-out MAPE of 0.05, 0.3 and 1 (benchmarks/calibrate_groups.py)
@@ -179,6 +180,8 @@ def load_runs(path: str | Path) -> list[Observation]:
     if not isinstance(runs, list) or not runs:
         raise InputError("runs", "missing or empty", "a list of runs, each in the run-file "
                          "format plus 'measured: {step_time_s: ...}'")
+    if len(runs) > MAX_RUNS:
+        raise InputError("runs", f"{len(runs):,} runs; at most {MAX_RUNS:,}")
     default_cluster = doc.get("cluster")
     out: list[Observation] = []
     for i, item in enumerate(runs):

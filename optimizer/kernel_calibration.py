@@ -17,7 +17,6 @@ the catalog's GPU sees that ratio move both.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -29,6 +28,7 @@ import numpy as np
 from costmodel.errors import InputError
 
 FORMAT = "paraplan-kernel-sweep/1"
+MAX_RECORDS = 100_000
 
 
 @dataclass(frozen=True)
@@ -52,10 +52,9 @@ def load_sweep(path: str | Path) -> Sweep:
     if not p.is_file():
         raise InputError("--kernels", f"no such file: {str(path)!r}",
                          "the JSON written by benchmarks/gpu/kernel_sweep.py")
-    try:
-        doc = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError("--kernels", f"{p} is not a JSON file: {e}") from None
+    from costmodel.loaders import read_document
+
+    doc = read_document(p, field="--kernels")  # the file limits of docs/limits.md
     if not isinstance(doc, Mapping):
         raise InputError("--kernels", "must be a JSON object")
     if doc.get("format") != FORMAT:
@@ -70,6 +69,8 @@ def load_sweep(path: str | Path) -> Sweep:
     recs = doc.get("records")
     if not isinstance(recs, list):
         raise InputError("records", "missing (a list)")
+    if len(recs) > MAX_RECORDS:
+        raise InputError("records", f"{len(recs):,} records; at most {MAX_RECORDS:,}")
     gemm, attn = [], []
     for i, r in enumerate(recs):
         where = f"records[{i}]"
