@@ -215,6 +215,7 @@ def load_runs(path: str | Path) -> list[Observation]:
         try:
             run = loaders.load_run(run_doc, base_dir=p.parent)
             limits.check_problem_inputs(run.model, run.cluster, run.training)
+            _check_layout(run)
         except InputError as e:
             raise InputError(f"{where}.{e.field}" if e.field else where, e.message,
                              e.hint) from None
@@ -222,6 +223,17 @@ def load_runs(path: str | Path) -> list[Observation]:
                                run.training, run.parallel, step, mem_b))
     _same_hardware(out)
     return out
+
+
+def _check_layout(run: Any) -> None:
+    """The validity rules ``optimize evaluate`` applies (field ``parallel (rule)``)."""
+    from search_spaces.rules import Context, explain
+
+    violations = tuple(explain(Context(run.model, run.cluster, run.training,
+                                       allow_cross_node_tp=True), run.parallel))
+    if violations:
+        rule, reason = violations[0]
+        raise InputError(f"parallel ({rule})", reason, "fix the run's parallel section")
 
 
 def _hardware_key(cluster: Any) -> tuple:

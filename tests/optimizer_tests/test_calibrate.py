@@ -113,7 +113,7 @@ def test_cli_fits_stores_and_later_runs_use_it(tmp_path, capsys):
     (lambda d: d["runs"][0]["measured"].update(peak_memory_gib="a lot"),
      "runs[0].measured.peak_memory_gib"),
     (lambda d: d["runs"][0].update(measurd={}), "runs[0].measurd"),
-    (lambda d: d["runs"][3]["parallel"].update(tp=3), "runs[3]"),
+    (lambda d: d["runs"][3]["parallel"].update(tp=3), "runs[3].parallel (tp_divides_heads)"),
     (lambda d: d["runs"][1].update(cluster={"gpu": "a100-sxm-80gb", "gpus_per_node": 8}),
      "runs[1].cluster"),
     (lambda d: d.update(runs=[]), "runs"),
