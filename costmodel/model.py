@@ -29,6 +29,7 @@ import numpy as np
 from costmodel import hardware, metrics
 from costmodel.batch import ConfigBatch
 from costmodel.calibration import FRAMEWORKS, Efficiency, FrameworkCosts, efficiency_for
+from costmodel.cluster_calibration import apply_scales, is_calibrated, scales_of
 from costmodel.compute import ACT_BYTES
 from costmodel.data_parallel import (  # noqa: F401  (re-exported)
     DDP_BUCKET_ELEMENTS,
@@ -116,6 +117,8 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     fw = framework or FRAMEWORKS[training.framework]
     eff = efficiency or efficiency_for(gpu.compute_capability, fw.kernels.attention_kernel)
     system = nccl_system(cluster)
+    if is_calibrated(cluster.calibration):  # optimize calibrate's fitted scales
+        eff, fw, system = apply_scales(eff, fw, system, scales_of(cluster.calibration))
     # context parallelism: the gradient reduction and the distributed optimizer run over the
     # data-parallel group with CP (dp x cp; Megatron's _DATA_PARALLEL_GROUP_WITH_CP), while
     # the micro-batches per step count the data-parallel replicas alone

@@ -13,7 +13,8 @@ Table 5 (end-to-end iteration times, each within 5 %), Korthikanti Table 4 (one 
 forward + backward time) and the NCCL AllReduce bus bandwidths. ``--check`` exits 1 when a
 threshold of :data:`THRESHOLDS` fails (a little looser than issue 3's targets).
 
-Data: ``--data DIR``, else ``$PARAPLAN_VALIDATION_DIR``, else ``<repo>/../shared/validation``.
+Data: ``--data DIR``, else ``$PARAPLAN_VALIDATION_DIR``, else the copy of ``../shared/validation``
+shipped in the package (``optimizer/validation/data``).
 
 Mapping (``../shared/validation/README.md``, followed exactly)
 ---------------------------------------------------------------
@@ -202,9 +203,9 @@ class SkipEntry(Exception):
 # Data location and loading
 # =============================================================================================
 def default_data_dir() -> Path:
-    """``<repo root>/../shared/validation`` (repo root = parent of the optimizer package;
-    this file is ``<repo root>/optimizer/validation/published.py``)."""
-    return Path(__file__).resolve().parents[3] / "shared" / "validation"
+    """The copy shipped inside the package (``optimizer/validation/data``, package data: see
+    its README), so ``optimize validate`` works after ``pip install``."""
+    return Path(__file__).resolve().parent / "data"
 
 
 def resolve_data_dir(data: str | os.PathLike | None = None) -> Path:
