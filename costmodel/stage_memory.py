@@ -135,10 +135,21 @@ class MemoryContext:
     offload_layers: np.ndarray | None = None  # activation offload: layers kept in host memory
 
 
+def fragmentation_fraction(eff, expandable_segments: bool = True) -> float:
+    """The share of the caching allocator's reserve for step-time tensors that stays free but
+    fragmented at the peak: ``eff.expandable_fraction`` with
+    ``PYTORCH_ALLOC_CONF=expandable_segments:True`` (paraplan's launch environment), else
+    ``eff.allocator_fraction`` (fixed segments, PyTorch's default)."""
+    return eff.expandable_fraction if expandable_segments else eff.allocator_fraction
+
+
 def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCosts,
-                   plan: StagePlan, m, act_bytes, layer_params: float) -> MemoryContext:
+                   plan: StagePlan, m, act_bytes, layer_params: float,
+                   expandable_segments: bool = True) -> MemoryContext:
     """What every stage group's memory reads: per-layer activations, the loss's buffers, the
-    bytes per parameter of the model states as the framework holds them, engine buffers."""
+    bytes per parameter of the model states as the framework holds them, engine buffers.
+    ``expandable_segments``: the allocator setting (TrainingSpec.expandable_segments), which
+    sets the fragmentation reserve (:func:`fragmentation_fraction`)."""
     prec, z, d, bf16_opt = batch.precision, opt.zero, opt.dp, opt.bf16_optimizer
     t, tokens, h, V, single = shard.tp, shard.tokens, shard.hidden, shard.vocab, plan.single
     sched = batch.schedule
@@ -177,7 +188,8 @@ def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCost
     engine = (np.where(bf16_opt, 0.0, fw.memory.reduce_bucket_bytes)
               + fw.memory.gather_bucket_bytes + zbuf)
     step_grad = np.where(fw.memory.autograd_grads, pb, 0.0) / np.where(z >= 2, d, 1.0)
-    keep = eff.allocator_fraction / (1.0 - eff.allocator_fraction)
+    frag = fragmentation_fraction(eff, expandable_segments)
+    keep = frag / (1.0 - frag)
     # two activations per in-flight micro-batch (calibrated: FrameworkCosts.pipeline)
     pipe_act = 2.0 * tokens * h * act_bytes if fw.pipeline.pipe_buffers else None
     transient = np.where(batch.recompute == 2, layer.full_activation_bytes, 0.0)
@@ -256,6 +268,11 @@ def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: Sta
 @dataclass(frozen=True)
 class MemoryResult:
     peak_bytes: np.ndarray  # what must fit: the larger of the backward and the step
+    # PyTorch's view of the same peak: bytes in live tensors (max_memory_allocated) and what
+    # the caching allocator holds (max_memory_reserved = allocated + the fragmentation
+    # reserve); peak_bytes = reserved + NCCL's own buffers + the CUDA context
+    allocated_bytes: np.ndarray
+    reserved_bytes: np.ndarray
     observed_bytes: np.ndarray  # nvidia-smi's maximum
     breakdown_bytes: dict[str, np.ndarray]
     stages: tuple[StageMemory, ...]  # per group of the plan
@@ -317,4 +334,7 @@ def peak_memory(plan: StagePlan, params: StageParams, cx: MemoryContext, opt: Sh
         "cuda_context": np.full_like(plan.pp, eff.cuda_context_bytes, dtype=float),
         "allocator_reserve": np.where(in_bwd, pick("reserve_backward"), pick("reserve_step")),
     }
-    return MemoryResult(peak_mem, observed, breakdown, tuple(stages), fixed)
+    reserved = peak_mem - nccl_buffers - eff.cuda_context_bytes
+    allocated = reserved - breakdown["allocator_reserve"]
+    return MemoryResult(peak_mem, allocated, reserved, observed, breakdown, tuple(stages),
+                        fixed)

@@ -54,6 +54,7 @@ def candidates_from(problem: Problem, batch: ConfigBatch, scores, indices,
         metrics = scores.row(int(i))
         metrics["memory_limit_bytes"] = problem.memory_limit_bytes
         metrics["memory_headroom"] = 1.0 - metrics["peak_memory_bytes"] / problem.memory_limit_bytes
+        metrics.update(memory_verdict_fields(problem, metrics["peak_memory_bytes"]))
         annotate(metrics, step_iv, mem_iv)
         launch = {}
         if with_launch:
@@ -66,8 +67,20 @@ def candidates_from(problem: Problem, batch: ConfigBatch, scores, indices,
     return tuple(out)
 
 
+def memory_verdict_fields(problem: Problem, peak_bytes: float) -> dict[str, Any]:
+    """The memory verdict of one configuration (costmodel.memory_verdict): ``memory_verdict``
+    ("fits", "over the limit", "does not fit") and ``memory_margin``, the share of the GPU's
+    memory the limit holds back (the one safety margin)."""
+    from costmodel.memory_verdict import verdict
+
+    hbm = problem.cluster.gpu.memory_bytes
+    return {"memory_verdict": verdict(peak_bytes, problem.memory_limit_bytes, hbm),
+            "memory_margin": max(0.0, 1.0 - problem.memory_limit_bytes / hbm)}
+
+
 def recommend(front: tuple[Candidate, ...], limit_bytes: float) -> int:
-    """Fastest point that keeps SAFETY_MARGIN of the limit free, else the fastest."""
+    """Fastest point under the limit (which already holds the one safety margin back), else
+    the fastest."""
     safe = [i for i, c in enumerate(front)
             if c.metrics["peak_memory_bytes"] <= (1 - SAFETY_MARGIN) * limit_bytes]
     pool = safe or list(range(len(front)))
