@@ -204,8 +204,14 @@ def _infeasible(problem: Problem, outcome, stats) -> InfeasibleError:
         scope = (f"the least among the {len(outcome.batch)} configurations the "
                  f"{outcome.sampler} sampler scored (of {outcome.valid_space_size} valid)")
         advice = "more --trials or --sampler exhaustive, " + advice
-    msg = (f"memory_limit: no configuration fits {limit / GIB:.1f} GiB per GPU; {scope} "
-           f"is {need / GIB:.1f} GiB. Try {advice}.")
+    hbm = problem.cluster.gpu.memory_bytes
+    margin = max(0.0, 1.0 - limit / hbm)
+    where = (f"over the GPU's {hbm / GIB:.1f} GiB: it does not fit" if need > hbm else
+             f"within the GPU's {hbm / GIB:.1f} GiB, but not with the {margin:.0%} safety "
+             f"margin (--memory-fraction)")
+    msg = (f"memory_limit: no configuration fits {limit / GIB:.1f} GiB per GPU (the GPU's "
+           f"memory less a {margin:.0%} safety margin); {scope} is {need / GIB:.1f} GiB, "
+           f"{where}. Try {advice}.")
     payload = {
         **document_head(problem),
         "error": {"code": 3, "message": msg, "least_memory_bytes": plain(need),

@@ -85,3 +85,32 @@ def test_evaluate_reports_the_verdict_and_margin():
     assert res.metrics["memory_verdict"] == DOES_NOT_FIT
     text = " ".join(res.candidate.bottlenecks)
     assert "does not fit" in text and "risk of OOM" not in text and "headroom" not in text
+
+
+def _llama3_70b_fp8_64gpu(**training):
+    # Megatron-LM's published Llama 3 70B FP8 layout on 64 H100: TP4 PP8 VP5, no recompute
+    return {"model": "llama3-70b",
+            "cluster": {"gpu": "h100-sxm-80gb", "num_nodes": 8, "gpus_per_node": 8},
+            "training": {"seq_length": 8192, "global_batch_size": 128, "tp_comm_overlap": True,
+                         "overlap_p2p_comm": True, **training},
+            "parallel": {"tp": 4, "pp": 8, "dp": 2, "micro_batch_size": 1,
+                         "precision": "fp8", "recompute": "none", "sequence_parallel": True,
+                         "zero_stage": 1, "schedule": "interleaved", "virtual_stages": 5}}
+
+
+def test_published_70b_fp8_layout_is_admitted_and_the_allocator_matters():
+    from optimizer.api import evaluate
+
+    ok = evaluate(_llama3_70b_fp8_64gpu())
+    assert ok.metrics["memory_verdict"] == FITS
+    assert ok.metrics["peak_memory_bytes"] <= ok.metrics["memory_limit_bytes"]
+    assert not any("memory" in b or "fit" in b for b in ok.candidate.bottlenecks)
+    # a tighter limit than the default: over the limit, and the message names the margin
+    tight = evaluate(_llama3_70b_fp8_64gpu(), memory_fraction=0.9)
+    assert tight.metrics["memory_verdict"] == OVER_LIMIT
+    msg = [b for b in tight.candidate.bottlenecks if "over the memory limit" in b]
+    assert msg and "10% safety margin" in msg[0]
+    # without expandable segments the fixed-segment reserve takes it over the GPU itself
+    fixed = evaluate(_llama3_70b_fp8_64gpu(expandable_segments=False))
+    assert fixed.metrics["memory_verdict"] == DOES_NOT_FIT
+    assert any(b.startswith("does not fit") for b in fixed.candidate.bottlenecks)
