@@ -160,7 +160,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                             plan.groups[0].layers, layer, steady, m, shard.vocab, shard.hidden,
                             model.tied_embeddings, gpu.memory_bandwidth_bytes_per_s)
     cx = memory_context(fw, eff, batch, sharded, shard, layer, plan, m, ea, params.layer,
-                        training.expandable_segments)
+                        training.expandable_segments, training.grad_reduce_in_bf16)
     cx = cx if moe is None else replace(cx, transient=cx.transient + moe["dispatch_buffers"])
     mem = peak_memory(plan, params, cx, sharded, m, v, sched, groups.nccl_buffers_bytes, eff,
                       gpu.memory_bytes, expert)

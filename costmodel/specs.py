@@ -703,8 +703,9 @@ class TrainingSpec:
     # enable_fsdp_float8_all_gather, Megatron's --fp8-param-gather); else in 16 bits
     fp8_param_gather: bool = False
     # Megatron's --grad-reduce-in-bf16 (Megatron-Bridge's recipes): the data-parallel
-    # reduction of 16-bit training runs in bf16 instead of the fp32 main gradients (time only:
-    # the gradient buffer's memory is not changed by this flag in the model)
+    # reduction of 16-bit training runs in bf16 instead of the fp32 main gradients; with the
+    # megatron profile the gradient buffer is then 16-bit too, with an fp32 copy of the
+    # optimizer's shard for the step (stage_memory.gradient_bytes, cost model 0.6.0)
     grad_reduce_in_bf16: bool = False
     # PyTorch's caching allocator with PYTORCH_ALLOC_CONF=expandable_segments:True, which
     # paraplan's launch environment sets (optimizer/launch/flags.py launch_env): segments grow

@@ -35,7 +35,7 @@ FP8_WEIGHT_CACHE_BYTES = 2.0
 DEEPSPEED_ALLREDUCE_ELEMENTS = 5e8
 
 
-def gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt):
+def gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt, bf16_reduce: bool = False):
     """Gradient bytes per parameter as the framework's optimizer holds them: (the bytes
     ``model_state_bytes`` shards from ZeRO-2 on, the bytes already divided by d where ZeRO-1
     shards them). The optimizer states stay ``OPTIMIZER_BYTES``.
@@ -55,6 +55,11 @@ def gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt):
     """
     sixteen = pb < 4.0
     zero16 = (fw.dp.zero_grad16 & sixteen & ~bf16_opt) | _fp16_main_grads(fw, prec)
+    if bf16_reduce:
+        # Megatron's --grad-reduce-in-bf16 leaves --accumulate-allreduce-grads-in-fp32 off:
+        # the DDP gradient buffer takes the parameters' 16-bit dtype, and the (distributed)
+        # optimizer copies its shard to fp32 for the step, as in fp16 training (2 + 4 / d)
+        zero16 = zero16 | (fw.dp.fp16_grad_copy & sixteen)
     gm = np.where(bf16_opt, 6.0, np.where(zero16, 2.0, gb))
     g_part = np.where(zero16, 4.0, 0.0) / np.where(z >= 1, d, 1.0)
     return gm, g_part
@@ -145,11 +150,13 @@ def fragmentation_fraction(eff, expandable_segments: bool = True) -> float:
 
 def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCosts,
                    plan: StagePlan, m, act_bytes, layer_params: float,
-                   expandable_segments: bool = True) -> MemoryContext:
+                   expandable_segments: bool = True,
+                   grad_reduce_in_bf16: bool = False) -> MemoryContext:
     """What every stage group's memory reads: per-layer activations, the loss's buffers, the
     bytes per parameter of the model states as the framework holds them, engine buffers.
     ``expandable_segments``: the allocator setting (TrainingSpec.expandable_segments), which
-    sets the fragmentation reserve (:func:`fragmentation_fraction`)."""
+    sets the fragmentation reserve (:func:`fragmentation_fraction`); ``grad_reduce_in_bf16``
+    (TrainingSpec): Megatron's gradient buffer in 16 bits (:func:`gradient_bytes`)."""
     prec, z, d, bf16_opt = batch.precision, opt.zero, opt.dp, opt.bf16_optimizer
     t, tokens, h, V, single = shard.tp, shard.tokens, shard.hidden, shard.vocab, plan.single
     sched = batch.schedule
@@ -169,7 +176,7 @@ def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCost
     # output buffer until the micro-batch's backward (pipe_buffers["outputs"])
     saved = fw.memory.logits_saved_bytes + np.where(fw.pipeline.pipe_buffers & ~single, 2.0, 0.0)
     logits = (saved * infl_loss + fw.memory.logits_transient_bytes) * tokens * V / t
-    gm, g_part = gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt)
+    gm, g_part = gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt, grad_reduce_in_bf16)
     # PyTorch FSDP FULL_SHARD keeps no 16-bit shard: the fp32 flat-parameter shard (the
     # master, counted with the optimizer states) is cast to 16 bits when a unit is gathered
     pw = np.where(fw.dp.fp32_flat_shard & (z >= 3) & (pb < 4.0), 0.0, pb)

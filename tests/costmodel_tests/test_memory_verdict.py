@@ -36,7 +36,7 @@ def test_one_default_margin():
     assert SAFETY_MARGIN == 0.0  # the recommendation adds no margin of its own
 
 
-def _score(expandable: bool):
+def _score(expandable: bool, **training_kw):
     from costmodel.batch import ConfigBatch
     from costmodel.hardware import default_cluster
     from costmodel.model import score
@@ -45,7 +45,7 @@ def _score(expandable: bool):
     model = ModelSpec(name="m", num_layers=8, hidden_size=4096, num_attention_heads=32,
                       ffn_hidden_size=16384, vocab_size=32000)
     training = TrainingSpec(seq_length=4096, global_batch_size=64,
-                            expandable_segments=expandable)
+                            expandable_segments=expandable, **training_kw)
     par = ParallelConfig(tp=2, pp=2, dp=2, micro_batch_size=2, precision="bf16",
                          recompute="none", sequence_parallel=True, zero_stage=1)
     return score(model, default_cluster(8), training, ConfigBatch.from_configs([par]))
@@ -114,3 +114,13 @@ def test_published_70b_fp8_layout_is_admitted_and_the_allocator_matters():
     fixed = evaluate(_llama3_70b_fp8_64gpu(expandable_segments=False))
     assert fixed.metrics["memory_verdict"] == DOES_NOT_FIT
     assert any(b.startswith("does not fit") for b in fixed.candidate.bottlenecks)
+
+
+def test_grad_reduce_in_bf16_keeps_a_16_bit_gradient_buffer():
+    # Megatron-Core's DDP buffer takes the parameters' dtype without
+    # --accumulate-allreduce-grads-in-fp32: half the fp32 buffer in the backward's peak
+    fp32, bf16 = _score(True), _score(True, grad_reduce_in_bf16=True)
+    g32 = fp32.memory_breakdown_bytes["gradients"][0]
+    g16 = bf16.memory_breakdown_bytes["gradients"][0]
+    assert g16 == pytest.approx(g32 / 2, rel=1e-9)
+    assert bf16.peak_memory_bytes[0] < fp32.peak_memory_bytes[0]

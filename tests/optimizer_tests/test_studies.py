@@ -196,7 +196,7 @@ def test_defaults(tmp_path):
     from costmodel.memory_verdict import DEFAULT_MEMORY_FRACTION
 
     assert minimal.memory_limit_gib is None
-    assert minimal.memory_fraction == DEFAULT_MEMORY_FRACTION == 0.97
+    assert minimal.memory_fraction == DEFAULT_MEMORY_FRACTION == 0.98
     assert minimal.training.seq_length == 2048  # TrainingSpec's default
 
 
