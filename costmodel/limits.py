@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from costmodel.errors import InputError
+from costmodel.memory_verdict import DEFAULT_MEMORY_FRACTION, DEFAULT_MEMORY_MARGIN
 from costmodel.safe_io import check_text
 
 __all__ = ["CALIBRATION_KEYS", "LIMITS", "check_cluster", "MAX_BATCH_SIZE", "MAX_GPUS", "MAX_JOBS", "MAX_SEED", "MAX_TRIALS", "check_count", "check_memory_limit",
@@ -78,7 +79,9 @@ def check_memory_limit(limit_bytes: float, gpu: Any, field: str = "memory_limit_
         raise InputError(field, f"{limit_bytes / GIB:g} GiB is more than the "
                          f"{gpu.memory_bytes / GIB:.1f} GiB of memory of one {gpu.name}",
                          f"give at most {math.floor(gpu.memory_bytes / GIB * 10) / 10:g} or "
-                         "omit it; the default is memory_fraction 0.9 of the GPU's memory")
+                         "omit it; the default is memory_fraction "
+                         f"{DEFAULT_MEMORY_FRACTION:g} of the GPU's memory (a "
+                         f"{DEFAULT_MEMORY_MARGIN:.0%} safety margin)")
 
 
 #: The keys a cluster's ``calibration`` mapping may hold (read by

@@ -30,6 +30,12 @@ class Scores:
     # model FLOPs over the dense peak of the training precision (fp8 runs: the fp8 peak; equal
     # to ``mfu`` for bf16 runs)
     low_precision_utilization: np.ndarray
+    # PyTorch's view of the memory peak: live tensors (torch.cuda.max_memory_allocated) and
+    # what the caching allocator holds (max_memory_reserved: allocated + the fragmentation
+    # reserve, which depends on TrainingSpec.expandable_segments); peak_memory_bytes adds
+    # NCCL's own buffers and the CUDA context and is what the memory verdict compares
+    allocated_memory_bytes: np.ndarray
+    reserved_memory_bytes: np.ndarray
 
     def __len__(self) -> int:
         return int(self.step_time_s.shape[0])
@@ -59,6 +65,8 @@ class Scores:
             "low_precision_utilization": float(self.low_precision_utilization[i]),
             "peak_memory_bytes": float(self.peak_memory_bytes[i]),
             "observed_memory_bytes": float(self.observed_memory_bytes[i]),
+            "allocated_memory_bytes": float(self.allocated_memory_bytes[i]),
+            "reserved_memory_bytes": float(self.reserved_memory_bytes[i]),
             "microbatches_per_step": int(self.microbatches[i]),
             "bubble_share": float(self.bubble_share[i]),
             "stage_imbalance": float(self.stage_imbalance[i]),
@@ -123,4 +131,6 @@ def scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups, 
             tp_crosses_nodes=groups.tp_nodes > 1,
             dp_comm_total_s=dp.total_s,
             low_precision_utilization=flops / (step * n_gpus * peak_flops_per_s),
+            allocated_memory_bytes=mem.allocated_bytes,
+            reserved_memory_bytes=mem.reserved_bytes,
         )

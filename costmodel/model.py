@@ -114,11 +114,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                framework: FrameworkCosts | None = None) -> Phases:
     """score()'s phases, in order, each from records to a record."""
     gpu = cluster.gpu
-    fw = framework or FRAMEWORKS[training.framework]
-    eff = efficiency or efficiency_for(gpu.compute_capability, fw.kernels.attention_kernel)
-    system = nccl_system(cluster)
-    if is_calibrated(cluster.calibration):  # optimize calibrate's fitted scales
-        eff, fw, system = apply_scales(eff, fw, system, scales_of(cluster.calibration))
+    fw, eff, system = _profiles(cluster, training, efficiency, framework)
     # context parallelism: the gradient reduction and the distributed optimizer run over the
     # data-parallel group with CP (dp x cp; Megatron's _DATA_PARALLEL_GROUP_WITH_CP), while
     # the micro-batches per step count the data-parallel replicas alone
@@ -160,7 +156,8 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     dp = data_parallel_step(comm, grad_batch, groups, fw, eff, training, sharded, dp_params,
                             plan.groups[0].layers, layer, steady, m, shard.vocab, shard.hidden,
                             model.tied_embeddings, gpu.memory_bandwidth_bytes_per_s)
-    cx = memory_context(fw, eff, batch, sharded, shard, layer, plan, m, ea, params.layer)
+    cx = memory_context(fw, eff, batch, sharded, shard, layer, plan, m, ea, params.layer,
+                        training.expandable_segments, training.grad_reduce_in_bf16)
     cx = cx if moe is None else replace(cx, transient=cx.transient + moe["dispatch_buffers"])
     mem = peak_memory(plan, params, cx, sharded, m, v, sched, groups.nccl_buffers_bytes, eff,
                       gpu.memory_bytes, expert)
@@ -171,6 +168,18 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                             m, peak, eff, n_gpus, ref)
     return Phases(fw, groups, shard, sharded, layer, distinct, plan, pipe, st, timeline, steady,
                   params, dp, mem, scores)
+
+
+def _profiles(cluster: ClusterSpec, training: TrainingSpec, efficiency, framework):
+    """(framework profile, kernel efficiencies, NCCL system) of a run, with the cluster's
+    fitted scales applied where ``optimize calibrate`` stored some."""
+    fw = framework or FRAMEWORKS[training.framework]
+    eff = efficiency or efficiency_for(cluster.gpu.compute_capability,
+                                       fw.kernels.attention_kernel)
+    system = nccl_system(cluster)
+    if is_calibrated(cluster.calibration):  # optimize calibrate's fitted scales
+        eff, fw, system = apply_scales(eff, fw, system, scales_of(cluster.calibration))
+    return fw, eff, system
 
 
 def _end_shares(layer: LayerCosts) -> tuple[np.ndarray, np.ndarray]:

@@ -703,9 +703,15 @@ class TrainingSpec:
     # enable_fsdp_float8_all_gather, Megatron's --fp8-param-gather); else in 16 bits
     fp8_param_gather: bool = False
     # Megatron's --grad-reduce-in-bf16 (Megatron-Bridge's recipes): the data-parallel
-    # reduction of 16-bit training runs in bf16 instead of the fp32 main gradients (time only:
-    # the gradient buffer's memory is not changed by this flag in the model)
+    # reduction of 16-bit training runs in bf16 instead of the fp32 main gradients; with the
+    # megatron profile the gradient buffer is then 16-bit too, with an fp32 copy of the
+    # optimizer's shard for the step (stage_memory.gradient_bytes, cost model 0.6.0)
     grad_reduce_in_bf16: bool = False
+    # PyTorch's caching allocator with PYTORCH_ALLOC_CONF=expandable_segments:True, which
+    # paraplan's launch environment sets (optimizer/launch/flags.py launch_env): segments grow
+    # by mapping more memory, so less of the reserve is left fragmented (stage_memory; the
+    # fractions are calibration.Efficiency's allocator_fraction / expandable_fraction)
+    expandable_segments: bool = True
     # MoE: the most loaded EP rank's routed tokens over the mean (None: costmodel.moe's
     # DEFAULT_LOAD_IMBALANCE for real routing; 1.0 for force-balanced benchmarks)
     moe_load_imbalance: float | None = None
@@ -731,7 +737,7 @@ class TrainingSpec:
              _int("training", "global_batch_size", self.global_batch_size))
         for name in ("flash_attention", "overlap_grad_reduce", "dropout", "tp_comm_overlap",
                      "overlap_p2p_comm", "fp8_param_gather", "grad_reduce_in_bf16",
-                     "moe_cuda_graph"):
+                     "moe_cuda_graph", "expandable_segments"):
             _set(self, name, _bool("training", name, getattr(self, name)))
         _set(self, "framework", _choice("training", "framework", self.framework, FRAMEWORKS))
         _set(self, "fp8_recipe", _choice("training", "fp8_recipe", self.fp8_recipe,

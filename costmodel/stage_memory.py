@@ -35,7 +35,7 @@ FP8_WEIGHT_CACHE_BYTES = 2.0
 DEEPSPEED_ALLREDUCE_ELEMENTS = 5e8
 
 
-def gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt):
+def gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt, bf16_reduce: bool = False):
     """Gradient bytes per parameter as the framework's optimizer holds them: (the bytes
     ``model_state_bytes`` shards from ZeRO-2 on, the bytes already divided by d where ZeRO-1
     shards them). The optimizer states stay ``OPTIMIZER_BYTES``.
@@ -55,6 +55,11 @@ def gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt):
     """
     sixteen = pb < 4.0
     zero16 = (fw.dp.zero_grad16 & sixteen & ~bf16_opt) | _fp16_main_grads(fw, prec)
+    if bf16_reduce:
+        # Megatron's --grad-reduce-in-bf16 leaves --accumulate-allreduce-grads-in-fp32 off:
+        # the DDP gradient buffer takes the parameters' 16-bit dtype, and the (distributed)
+        # optimizer copies its shard to fp32 for the step, as in fp16 training (2 + 4 / d)
+        zero16 = zero16 | (fw.dp.fp16_grad_copy & sixteen)
     gm = np.where(bf16_opt, 6.0, np.where(zero16, 2.0, gb))
     g_part = np.where(zero16, 4.0, 0.0) / np.where(z >= 1, d, 1.0)
     return gm, g_part
@@ -135,10 +140,23 @@ class MemoryContext:
     offload_layers: np.ndarray | None = None  # activation offload: layers kept in host memory
 
 
+def fragmentation_fraction(eff, expandable_segments: bool = True) -> float:
+    """The share of the caching allocator's reserve for step-time tensors that stays free but
+    fragmented at the peak: ``eff.expandable_fraction`` with
+    ``PYTORCH_ALLOC_CONF=expandable_segments:True`` (paraplan's launch environment), else
+    ``eff.allocator_fraction`` (fixed segments, PyTorch's default)."""
+    return eff.expandable_fraction if expandable_segments else eff.allocator_fraction
+
+
 def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCosts,
-                   plan: StagePlan, m, act_bytes, layer_params: float) -> MemoryContext:
+                   plan: StagePlan, m, act_bytes, layer_params: float,
+                   expandable_segments: bool = True,
+                   grad_reduce_in_bf16: bool = False) -> MemoryContext:
     """What every stage group's memory reads: per-layer activations, the loss's buffers, the
-    bytes per parameter of the model states as the framework holds them, engine buffers."""
+    bytes per parameter of the model states as the framework holds them, engine buffers.
+    ``expandable_segments``: the allocator setting (TrainingSpec.expandable_segments), which
+    sets the fragmentation reserve (:func:`fragmentation_fraction`); ``grad_reduce_in_bf16``
+    (TrainingSpec): Megatron's gradient buffer in 16 bits (:func:`gradient_bytes`)."""
     prec, z, d, bf16_opt = batch.precision, opt.zero, opt.dp, opt.bf16_optimizer
     t, tokens, h, V, single = shard.tp, shard.tokens, shard.hidden, shard.vocab, plan.single
     sched = batch.schedule
@@ -158,7 +176,7 @@ def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCost
     # output buffer until the micro-batch's backward (pipe_buffers["outputs"])
     saved = fw.memory.logits_saved_bytes + np.where(fw.pipeline.pipe_buffers & ~single, 2.0, 0.0)
     logits = (saved * infl_loss + fw.memory.logits_transient_bytes) * tokens * V / t
-    gm, g_part = gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt)
+    gm, g_part = gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt, grad_reduce_in_bf16)
     # PyTorch FSDP FULL_SHARD keeps no 16-bit shard: the fp32 flat-parameter shard (the
     # master, counted with the optimizer states) is cast to 16 bits when a unit is gathered
     pw = np.where(fw.dp.fp32_flat_shard & (z >= 3) & (pb < 4.0), 0.0, pb)
@@ -177,7 +195,8 @@ def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCost
     engine = (np.where(bf16_opt, 0.0, fw.memory.reduce_bucket_bytes)
               + fw.memory.gather_bucket_bytes + zbuf)
     step_grad = np.where(fw.memory.autograd_grads, pb, 0.0) / np.where(z >= 2, d, 1.0)
-    keep = eff.allocator_fraction / (1.0 - eff.allocator_fraction)
+    frag = fragmentation_fraction(eff, expandable_segments)
+    keep = frag / (1.0 - frag)
     # two activations per in-flight micro-batch (calibrated: FrameworkCosts.pipeline)
     pipe_act = 2.0 * tokens * h * act_bytes if fw.pipeline.pipe_buffers else None
     transient = np.where(batch.recompute == 2, layer.full_activation_bytes, 0.0)
@@ -256,6 +275,11 @@ def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: Sta
 @dataclass(frozen=True)
 class MemoryResult:
     peak_bytes: np.ndarray  # what must fit: the larger of the backward and the step
+    # PyTorch's view of the same peak: bytes in live tensors (max_memory_allocated) and what
+    # the caching allocator holds (max_memory_reserved = allocated + the fragmentation
+    # reserve); peak_bytes = reserved + NCCL's own buffers + the CUDA context
+    allocated_bytes: np.ndarray
+    reserved_bytes: np.ndarray
     observed_bytes: np.ndarray  # nvidia-smi's maximum
     breakdown_bytes: dict[str, np.ndarray]
     stages: tuple[StageMemory, ...]  # per group of the plan
@@ -317,4 +341,7 @@ def peak_memory(plan: StagePlan, params: StageParams, cx: MemoryContext, opt: Sh
         "cuda_context": np.full_like(plan.pp, eff.cuda_context_bytes, dtype=float),
         "allocator_reserve": np.where(in_bwd, pick("reserve_backward"), pick("reserve_step")),
     }
-    return MemoryResult(peak_mem, observed, breakdown, tuple(stages), fixed)
+    reserved = peak_mem - nccl_buffers - eff.cuda_context_bytes
+    allocated = reserved - breakdown["allocator_reserve"]
+    return MemoryResult(peak_mem, allocated, reserved, observed, breakdown, tuple(stages),
+                        fixed)

@@ -55,6 +55,7 @@ def candidates_from(problem: Problem, batch: ConfigBatch, scores, indices,
         metrics = scores.row(int(i))
         metrics["memory_limit_bytes"] = problem.memory_limit_bytes
         metrics["memory_headroom"] = 1.0 - metrics["peak_memory_bytes"] / problem.memory_limit_bytes
+        metrics.update(memory_verdict_fields(problem, metrics["peak_memory_bytes"]))
         annotate(metrics, step_iv, mem_iv)
         launch = {}
         if with_launch:
@@ -67,8 +68,20 @@ def candidates_from(problem: Problem, batch: ConfigBatch, scores, indices,
     return tuple(out)
 
 
+def memory_verdict_fields(problem: Problem, peak_bytes: float) -> dict[str, Any]:
+    """The memory verdict of one configuration (costmodel.memory_verdict): ``memory_verdict``
+    ("fits", "over the limit", "does not fit") and ``memory_margin``, the share of the GPU's
+    memory the limit holds back (the one safety margin)."""
+    from costmodel.memory_verdict import verdict
+
+    hbm = problem.cluster.gpu.memory_bytes
+    return {"memory_verdict": verdict(peak_bytes, problem.memory_limit_bytes, hbm),
+            "memory_margin": max(0.0, 1.0 - problem.memory_limit_bytes / hbm)}
+
+
 def recommend(front: tuple[Candidate, ...], limit_bytes: float) -> int:
-    """Fastest point that keeps SAFETY_MARGIN of the limit free, else the fastest."""
+    """Fastest point under the limit (which already holds the one safety margin back), else
+    the fastest."""
     safe = [i for i, c in enumerate(front)
             if c.metrics["peak_memory_bytes"] <= (1 - SAFETY_MARGIN) * limit_bytes]
     pool = safe or list(range(len(front)))
@@ -195,8 +208,14 @@ def _infeasible(problem: Problem, outcome, stats) -> InfeasibleError:
         scope = (f"the least among the {len(outcome.batch)} configurations the "
                  f"{outcome.sampler} sampler scored (of {outcome.valid_space_size} valid)")
         advice = "more --trials or --sampler exhaustive, " + advice
-    msg = (f"memory_limit: no configuration fits {limit / GIB:.1f} GiB per GPU; {scope} "
-           f"is {need / GIB:.1f} GiB. Try {advice}.")
+    hbm = problem.cluster.gpu.memory_bytes
+    margin = max(0.0, 1.0 - limit / hbm)
+    where = (f"over the GPU's {hbm / GIB:.1f} GiB: it does not fit" if need > hbm else
+             f"within the GPU's {hbm / GIB:.1f} GiB, but not with the {margin:.0%} safety "
+             f"margin (--memory-fraction)")
+    msg = (f"memory_limit: no configuration fits {limit / GIB:.1f} GiB per GPU (the GPU's "
+           f"memory less a {margin:.0%} safety margin); {scope} is {need / GIB:.1f} GiB, "
+           f"{where}. Try {advice}.")
     payload = {
         **document_head(problem),
         "error": {"code": 3, "message": msg, "least_memory_bytes": plain(need),

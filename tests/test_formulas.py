@@ -113,14 +113,15 @@ def test_parameter_counts():
 
 # ---- GEMM alignment and uneven pipeline partitions ----------------------------------------
 def _score_one(model: ModelSpec, par, gpus: int, seq: int = 2048, gbs: int = 256, *,
-               framework: str = "megatron", flash: bool = False, gpu: str | None = None):
+               framework: str = "megatron", flash: bool = False, gpu: str | None = None,
+               **training_kw):
     from costmodel.batch import ConfigBatch
     from costmodel.hardware import default_cluster
     from costmodel.model import score
     from costmodel.specs import TrainingSpec
 
     training = TrainingSpec(seq_length=seq, global_batch_size=gbs, flash_attention=flash,
-                            framework=framework)
+                            framework=framework, **training_kw)
     cluster = default_cluster(gpus) if gpu is None else default_cluster(gpus, gpu=gpu)
     return score(model, cluster, training, ConfigBatch.from_configs([par]))
 
@@ -867,7 +868,8 @@ def test_step_gradient_copy_is_not_held_with_the_activations():
     psi = 4 * model.params_per_layer + 2 * 512 * 4096 + 2 * 4096
     par = ParallelConfig(tp=1, pp=1, dp=1, micro_batch_size=8, precision="fp16",
                          recompute="none", zero_stage=0)
-    big = _score_one(model, par, 1, seq=4096, gbs=8, framework="deepspeed")
+    big = _score_one(model, par, 1, seq=4096, gbs=8, framework="deepspeed",
+                     expandable_segments=False)  # fixed segments, as BLOOM ran
     mem = {k: float(v[0]) for k, v in big.memory_breakdown_bytes.items()}
     assert mem["activations"] > 4.0 * psi  # the backward is the peak
     assert mem["gradients"] == pytest.approx(2.0 * psi, rel=1e-3)  # no fp32 copy in it
@@ -877,13 +879,15 @@ def test_step_gradient_copy_is_not_held_with_the_activations():
     assert big.observed_memory_bytes[0] < 80 * gib
     # where the sum would pass the GPU's 80 GiB while each phase fits, the allocator frees
     # its cache and retries: nvidia-smi shows the whole GPU at most
-    capped = _score_one(model, par, 1, seq=4352, gbs=8, framework="deepspeed")
+    capped = _score_one(model, par, 1, seq=4352, gbs=8, framework="deepspeed",
+                        expandable_segments=False)
     assert capped.peak_memory_bytes[0] < 80 * gib < capped.peak_memory_bytes[0] + 4.0 * psi
     assert capped.observed_memory_bytes[0] == pytest.approx(80 * gib, rel=1e-9)
     # an OOM configuration keeps its (larger) peak as the reading
     par16 = ParallelConfig(tp=1, pp=1, dp=1, micro_batch_size=16, precision="fp16",
                            recompute="none", zero_stage=0)
-    oom = _score_one(model, par16, 1, seq=4096, gbs=16, framework="deepspeed")
+    oom = _score_one(model, par16, 1, seq=4096, gbs=16, framework="deepspeed",
+                     expandable_segments=False)
     assert oom.observed_memory_bytes[0] == oom.peak_memory_bytes[0] > 80 * gib
     small = _score_one(model, par, 1, seq=64, gbs=8, framework="deepspeed")
     mem = {k: float(v[0]) for k, v in small.memory_breakdown_bytes.items()}
@@ -959,15 +963,21 @@ def test_allocator_reserve_covers_step_allocations_only():
     from costmodel.calibration import efficiency_for
     from costmodel.hardware import default_cluster
 
-    f = efficiency_for(default_cluster(8).gpu.compute_capability).allocator_fraction
-    for framework in ("megatron", "deepspeed"):
+    eff = efficiency_for(default_cluster(8).gpu.compute_capability)
+    # fixed segments: allocator_fraction; expandable_segments:True (paraplan's launch
+    # environment, the default): expandable_fraction, which is smaller
+    assert eff.expandable_fraction < eff.allocator_fraction
+    for framework, expandable in (("megatron", True), ("megatron", False),
+                                  ("deepspeed", True), ("deepspeed", False)):
         from costmodel.batch import ConfigBatch
         from costmodel.model import score
         from costmodel.specs import ParallelConfig, TrainingSpec
 
+        f = eff.expandable_fraction if expandable else eff.allocator_fraction
         model = ModelSpec(name="m", num_layers=4, hidden_size=4096, num_attention_heads=32,
                           ffn_hidden_size=16384, vocab_size=50000)
-        training = TrainingSpec(seq_length=2048, global_batch_size=8, framework=framework)
+        training = TrainingSpec(seq_length=2048, global_batch_size=8, framework=framework,
+                                expandable_segments=expandable)
         par = ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=1, precision="bf16",
                              recompute="full", zero_stage=1)
         sc = score(model, default_cluster(8), training, ConfigBatch.from_configs([par]))
@@ -979,6 +989,13 @@ def test_allocator_reserve_covers_step_allocations_only():
             dynamic += 2.0 * m["weights"] / 2.0  # bf16 grads: 2 bytes per parameter
         assert m["allocator_reserve"] == pytest.approx(dynamic * f / (1 - f), rel=1e-9)
         assert sum(m.values()) == pytest.approx(sc.peak_memory_bytes[0], rel=1e-12)
+        # PyTorch's view: reserved = allocated + the fragmentation reserve; the device's peak
+        # adds the CUDA context and NCCL's own buffers, which the allocator does not hold
+        reserved, allocated = sc.reserved_memory_bytes[0], sc.allocated_memory_bytes[0]
+        assert reserved - allocated == pytest.approx(m["allocator_reserve"], rel=1e-12)
+        assert allocated < reserved < sc.peak_memory_bytes[0]
+        assert sc.peak_memory_bytes[0] - reserved == pytest.approx(
+            m["cuda_context"] + m["communication_buffers"] - engine, rel=1e-9)
 
 
 def test_fp8_linears_pay_the_cast_transpose_traffic(monkeypatch):

@@ -34,7 +34,10 @@ def _defaults(args: argparse.Namespace) -> tuple[int | None, dict[str, str]]:
     if args.memory_limit_gib is not None:
         origin["memory_limit"] = "--memory-limit-gib"
     else:
-        fraction = 0.9 if args.memory_fraction is None else args.memory_fraction
+        from costmodel.memory_verdict import DEFAULT_MEMORY_FRACTION
+
+        fraction = (DEFAULT_MEMORY_FRACTION if args.memory_fraction is None
+                    else args.memory_fraction)
         origin["memory_limit"] = f"--memory-fraction {fraction:g} x HBM"
     return seq, origin
 

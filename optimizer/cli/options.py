@@ -115,8 +115,9 @@ def main_parser() -> argparse.ArgumentParser:
                    help="per-GPU memory limit in GiB, at most the GPU's memory (default: "
                         "--memory-fraction x HBM)")
     p.add_argument("--memory-fraction", type=float,
-                   help="per-GPU memory limit as a fraction of HBM, in (0, 1] (default 0.9); "
-                        "not together with --memory-limit-gib")
+                   help="per-GPU memory limit as a fraction of HBM, in (0, 1] (default 0.98: "
+                        "the one 2%% safety margin on the predicted peak, allocator reserve "
+                        "included); not together with --memory-limit-gib")
     p.add_argument("--sampler", default="auto",
                    help="auto | exhaustive | tpe | nsga2 | random; auto: exhaustive when the valid space is small enough to score in "
                         "about a second, else TPE")

@@ -70,6 +70,8 @@ class Problem:
             doc["training"]["fp8_param_gather"] = True
         if self.training.grad_reduce_in_bf16:
             doc["training"]["grad_reduce_in_bf16"] = True
+        if not self.training.expandable_segments:  # only when off: older fingerprints stay
+            doc["training"]["expandable_segments"] = False
         return doc
 
     def fingerprint(self) -> str:
@@ -89,7 +91,8 @@ def resolve_problem(*, model: Any, gpus: int | None = None, cluster: Any = None,
     Every input is checked here, before anything is searched or stored: types (the API's
     callers get InputError, never TypeError), the bounds of :mod:`costmodel.limits`, names
     without control characters. The memory constraint is ``memory_limit_gib`` or
-    ``memory_fraction`` (default 0.9) of the GPU's memory, never both; a limit above the GPU's
+    ``memory_fraction`` (default :data:`costmodel.memory_verdict.DEFAULT_MEMORY_FRACTION`: the GPU's
+    memory less the one safety margin) of the GPU's memory, never both; a limit above the GPU's
     memory is refused (a plan needing more than the GPU has cannot run).
     """
     from costmodel import hardware, limits, loaders
@@ -143,7 +146,9 @@ def resolve_problem(*, model: Any, gpus: int | None = None, cluster: Any = None,
         limit = float(memory_limit_gib) * GIB
         limits.check_memory_limit(limit, cluster_spec.gpu)
     else:
-        fraction = 0.9 if memory_fraction is None else memory_fraction
+        from costmodel.memory_verdict import DEFAULT_MEMORY_FRACTION
+
+        fraction = DEFAULT_MEMORY_FRACTION if memory_fraction is None else memory_fraction
         if isinstance(fraction, bool) or not (isinstance(fraction, int | float)
                                               and 0 < fraction <= 1):
             raise InputError("memory_fraction", f"must be in (0, 1], got {fraction!r}")

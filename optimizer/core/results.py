@@ -13,7 +13,9 @@ import numpy as np
 from costmodel.specs import ParallelConfig
 from optimizer.core.problem import Problem, document_head
 
-SAFETY_MARGIN = 0.05  # the recommended configuration keeps 5% of the limit free
+# The recommendation keeps no margin of its own: the one safety margin is the limit's
+# (costmodel.memory_verdict.DEFAULT_MEMORY_MARGIN, --memory-fraction); kept for the API
+SAFETY_MARGIN = 0.0
 
 
 @dataclass(frozen=True)

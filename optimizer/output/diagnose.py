@@ -5,8 +5,9 @@ anything (issue 25): ZeRO only when dp > 1 and a higher stage exists, a heavier 
 when one is left, a smaller micro-batch only when it is above 1, the interleaved schedule only
 with a pipeline whose stages hold two or more layers, and "more micro-batches" never at a
 fixed batch with micro-batch 1 (a larger global batch is named as what it is: a change of
-the training recipe). Memory over the GPU's own HBM is "does not fit", over the user's limit
-"over the limit", and a thin margin below the limit is "little headroom".
+the training recipe). Memory follows the one verdict of :mod:`costmodel.memory_verdict`: a predicted
+peak over the GPU's own HBM is "does not fit", over the limit (the GPU's memory less the safety
+margin) "over the limit"; under the limit it fits, with no second headroom threshold.
 
 Each finding carries the names of its levers (:data:`LEVERS`); levers paraplan cannot search
 yet (context parallelism, partial recompute, expert-parallel placement, CUDA graphs) say so.
@@ -27,7 +28,6 @@ BUBBLE_SHARE = 0.15
 RECOMPUTE_SHARE = 0.15
 HOST_SHARE = 0.10
 IMBALANCE = 1.05
-HEADROOM = 0.05
 LOW_MFU = 0.30
 # Dense-transformer bf16 MFU published at scale: Megatron-LM 52% on A100 (Narayanan et al.
 # 2021, 1T model), Llama 3 405B 38-43% on H100 (arXiv:2407.21783, Table 4). "Far below" is
@@ -160,18 +160,19 @@ def _memory(problem, c, metrics) -> Finding | None:
     levers = _memory_levers(problem, c, metrics)
     fix = "; ".join(p for _, p in levers[:4])
     names = tuple(n for n, _ in levers[:4])
-    if peak > hbm:
-        return Finding("does_not_fit", f"does not fit: {peak / GIB:.1f} GiB predicted per GPU, "
-                                       f"over the GPU's {hbm / GIB:.1f} GiB; try {fix}", names)
-    if peak > limit:
-        return Finding("over_limit", f"over the memory limit: {peak / GIB:.1f} GiB of "
-                                     f"{limit / GIB:.1f} GiB (the GPU has {hbm / GIB:.1f}); "
+    from costmodel.memory_verdict import DOES_NOT_FIT, OVER_LIMIT, verdict
+
+    v = verdict(peak, limit, hbm)
+    margin = max(0.0, 1.0 - limit / hbm)
+    if v == DOES_NOT_FIT:
+        return Finding("does_not_fit", f"does not fit: {peak / GIB:.1f} GiB predicted per GPU "
+                                       f"(allocator reserve included), over the GPU's "
+                                       f"{hbm / GIB:.1f} GiB; try {fix}", names)
+    if v == OVER_LIMIT:
+        return Finding("over_limit", f"over the memory limit: {peak / GIB:.1f} GiB predicted, "
+                                     f"limit {limit / GIB:.1f} GiB (the GPU's "
+                                     f"{hbm / GIB:.1f} GiB less a {margin:.0%} safety margin); "
                                      f"try {fix}", names)
-    head = 1.0 - peak / limit
-    if head < HEADROOM:
-        return Finding("memory", f"little headroom: {peak / GIB:.1f} of {limit / GIB:.1f} GiB "
-                                 f"({head:.1%} free); fragmentation can push it over; if it "
-                                 f"does: {fix}", names)
     return None
 
 

@@ -140,13 +140,15 @@ def _render(doc: Mapping[str, Any]):
         ax.axvline(lim_gib, color=LIMIT_COLOUR, linestyle="--", linewidth=1.4, zorder=1,
                    label=f"memory limit {lim_gib:.1f} GiB")
         x_hi = max(x_hi, lim_gib)
-        from optimizer.core.results import SAFETY_MARGIN
-
-        safe_gib = (1 - SAFETY_MARGIN) * lim_gib
-        ax.axvline(safe_gib, color=LIMIT_COLOUR, linestyle=":", linewidth=1.0, alpha=0.7,
-                   zorder=1, label=f"safety margin: {1 - SAFETY_MARGIN:.0%} of the limit "
-                                   f"({safe_gib:.1f} GiB)")
-        xs.append(safe_gib)
+        gpu_b = (inp.get("cluster") or {}).get("gpu", {})
+        gpu_b = gpu_b.get("memory_bytes") if isinstance(gpu_b, dict) else None
+        if isinstance(gpu_b, int | float) and gpu_b > limit * (1 + 1e-9):
+            # the one safety margin lies between the limit and the GPU's memory
+            gpu_gib = gpu_b / GIB
+            ax.axvline(gpu_gib, color=LIMIT_COLOUR, linestyle=":", linewidth=1.0, alpha=0.7,
+                       zorder=1, label=f"GPU memory {gpu_gib:.1f} GiB (safety margin "
+                                       f"{1 - lim_gib / gpu_gib:.0%})")
+            xs.append(gpu_gib)
 
     rec = doc.get("recommended")
     if isinstance(rec, int) and 0 <= rec < len(doc["pareto_front"]):

@@ -160,6 +160,21 @@ def _mfu(doc: dict[str, Any], c: dict[str, Any], m: dict[str, Any]) -> str:
     return f"MFU {ref:.1%} (bf16 peak; {mfu:.1%} of the {c['precision']} peak)"
 
 
+def _why_memory(doc: dict[str, Any], m: dict[str, Any], limit: float) -> str:
+    """The recommendation's memory verdict, with the one safety margin it applies."""
+    margin = m.get("memory_margin")
+    if margin is None:
+        gpu = ((doc.get("inputs") or {}).get("cluster") or {}).get("gpu") or {}
+        hbm = gpu.get("memory_bytes")
+        margin = max(0.0, 1.0 - limit / hbm) if isinstance(hbm, int | float) and hbm else 0.0
+    verdict = m.get("memory_verdict", "fits" if m["peak_memory_bytes"] <= limit else
+                    "over the limit")
+    if verdict == "fits":
+        return (f"  why: the fastest front point that fits the limit (the GPU's memory less a "
+                f"{margin:.0%} safety margin)")
+    return f"  why: memory verdict '{verdict}' (safety margin {margin:.0%})"
+
+
 def render_recommendation(doc: dict[str, Any]) -> str:
     i = doc["recommended"]
     rec = doc["pareto_front"][i]
@@ -169,9 +184,7 @@ def render_recommendation(doc: dict[str, Any]) -> str:
              f"micro-batch={c['micro_batch_size']} {_schedule(c)} recompute={c['recompute']} "
              f"SP={'on' if c['sequence_parallel'] else 'off'} ZeRO={c['zero_stage']} "
              f"{c['precision']} NCCL={_nccl(c)}",
-             ("  why: the fastest front point that keeps 5% of the memory limit free"
-              if m["peak_memory_bytes"] <= 0.95 * limit else
-              "  why: no front point keeps 5% of the limit free; this is the fastest that fits")
+             _why_memory(doc, m, limit)
              + f" ({m['peak_memory_bytes'] / GIB:.1f} of {limit / GIB:.1f} GiB): "
              f"{m['tokens_per_s']:,.0f} tokens/s, {_mfu(doc, c, m)}, step "
              f"{m['step_time_s']:.2f} s"]

@@ -248,7 +248,9 @@ def _constraints(raw: dict[str, Any]) -> tuple[float | None, float]:
                               or not 0 < limit < float("inf")):
         raise InputError("study.constraints.memory_limit_gib",
                          f"must be a positive number of GiB per GPU, got {_short(limit)}")
-    fraction = raw.get("memory_fraction", 0.9)
+    from costmodel.memory_verdict import DEFAULT_MEMORY_FRACTION
+
+    fraction = raw.get("memory_fraction", DEFAULT_MEMORY_FRACTION)
     if isinstance(fraction, bool) or not isinstance(fraction, int | float) \
             or not 0 < fraction <= 1:
         raise InputError("study.constraints.memory_fraction",

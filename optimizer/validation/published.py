@@ -127,7 +127,11 @@ Metrics
   (catalog ``memory_bytes``) are counted; the target is 0. A report the data's owner marks
   ``oom_reliable: false`` (bloom_prequel_110) is listed apart and not counted.
 - Reserved memory: torchtitan's ``peak_memory_gib`` (PyTorch's max reserved memory) against
-  the predicted peak less the CUDA context (reported, not checked).
+  the predicted reserved peak, allocated + fragmentation reserve (reported, not checked).
+- Memory verdict (``memory_verdict``): every run with a measured step time and every reliable
+  OOM report under paraplan's default verdict (costmodel.memory_verdict: the predicted peak
+  against the GPU's memory less the default safety margin); the allocator each run used is
+  :func:`uses_expandable_segments`.
 - Scope: the checks and the headline figures cover ``published_runs.yaml`` and vTrain (the
   calibrated data); the 2026 groups are reported per group, per group and GPU and per GPU
   (``new_groups``), with MFU against the bf16 dense peak per run, until the Hopper/Blackwell
@@ -969,6 +973,21 @@ def _uneven_interleaves(spec: ModelSpec, pp: int, vpp: int) -> bool:
             and (pp <= 2 or mid >= vpp))
 
 
+def uses_expandable_segments(entry: Mapping[str, Any]) -> bool:
+    """Whether the run's PyTorch allocator ran with ``expandable_segments:True`` (it sets the
+    fragmentation reserve, stage_memory.fragmentation_fraction). The 2026 collection's stacks
+    set it in their launch scripts (torchtitan's run_train.sh; Megatron-Bridge / NeMo
+    performance recipes, as Megatron-LM's MoE README recommends; modern-training.md 4.5);
+    ``published_runs.yaml``'s runs (2021-2023: Megatron-LM SC21, Korthikanti, BLOOM on
+    PyTorch 1.11, vTrain, llm-foundry on PyTorch 2.0) predate the option (PyTorch 2.1) and ran
+    fixed segments. ``parallel.expandable_segments`` overrides."""
+    par = entry.get("parallel") or {}
+    given = par.get("expandable_segments") if isinstance(par, Mapping) else None
+    if isinstance(given, bool):
+        return given
+    return str(entry.get("_file", PUBLISHED_FILE)) == PUBLISHED_2026_FILE
+
+
 def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run:
     """Map one ``published_runs.yaml`` / ``published_runs_2026.yaml`` entry; raises
     :class:`SkipEntry` with the reason."""
@@ -1079,6 +1098,7 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             overlap_p2p_comm=overlaps_p2p(entry, flags),
                             fp8_param_gather=gathers_in_fp8(group, par),
                             grad_reduce_in_bf16=reduces_in_bf16(group, par, flags),
+                            expandable_segments=uses_expandable_segments(entry),
                             # NVIDIA's MoE benchmarks force-balance the routing (README)
                             moe_load_imbalance=1.0 if moe is not None and nemo else None,
                             moe_cuda_graph=moe is not None and moe_graphed(par),
@@ -1276,9 +1296,11 @@ class Predicted:
     peak_memory_bytes: float  # what must fit (OOM checks)
     observed_memory_bytes: float  # nvidia-smi's maximum (compared with measured memory)
     per_layer_s: float | None = None
-    # PyTorch's reserved memory (torchtitan's peak_memory_gib): what must fit less the CUDA
-    # context, which the caching allocator does not hold (NCCL's own buffers are counted)
+    # PyTorch's reserved memory (torchtitan's peak_memory_gib): the allocated peak plus the
+    # fragmentation reserve; the CUDA context and NCCL's own buffers (cudaMalloc'd by NCCL)
+    # are not in the caching allocator
     reserved_memory_bytes: float = float("nan")
+    allocated_memory_bytes: float = float("nan")  # PyTorch's max_memory_allocated
 
 
 def _score_group(model, cluster, training, configs: Sequence[ParallelConfig]):
@@ -1321,12 +1343,12 @@ def predict(runs: Sequence[Run]) -> tuple[dict[str, Predicted], list[dict]]:
                                    "reason": f"{type(e).__name__}: {e}"})
         for rr, sc in batches:
             for i, r in enumerate(rr):
-                ctx = sc.memory_breakdown_bytes.get("cuda_context")
                 peak = float(sc.peak_memory_bytes[i])
                 out[r.id] = Predicted(float(sc.step_time_s[i]), peak,
                                       float(sc.observed_memory_bytes[i]),
-                                      reserved_memory_bytes=peak - (float(ctx[i]) if ctx
-                                                                    is not None else 0.0))
+                                      reserved_memory_bytes=float(sc.reserved_memory_bytes[i]),
+                                      allocated_memory_bytes=float(
+                                          sc.allocated_memory_bytes[i]))
     # Korthikanti Table 4: one layer = difference between L and L - pp layers (one layer less
     # on every pipeline stage, so the heaviest stage's ceil(L/pp) drops by exactly one)
     for r in runs:
@@ -1706,12 +1728,31 @@ def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool
     _, step_all = _step_summary(run_rows, sweep_rows)
 
     # ---- memory and OOM --------------------------------------------------------------------
+    from costmodel.memory_verdict import DEFAULT_MEMORY_FRACTION, FITS, verdict
+
     mem_rows, oom_rows, over_rows, over_2026, reserved_rows = [], [], [], [], []
+    verdict_ran, verdict_ran_over, verdict_oom, verdict_oom_fit = 0, [], 0, []
     for r in col.runs:
         if r.id not in pred:
             continue
         p = pred[r.id]
         cap = r.cluster.gpu.memory_bytes
+        # the default memory verdict (costmodel.memory_verdict): the predicted peak against
+        # the GPU's memory less the one default safety margin
+        said = verdict(p.peak_memory_bytes, DEFAULT_MEMORY_FRACTION * cap, cap)
+        vrow = {"id": r.id, "group": r.group, "dataset": r.dataset, "verdict": said,
+                "predicted_GiB": p.peak_memory_bytes / 2**30, "capacity_GiB": cap / 2**30,
+                "limit_GiB": DEFAULT_MEMORY_FRACTION * cap / 2**30,
+                "ratio": p.peak_memory_bytes / cap,
+                "expandable_segments": r.training.expandable_segments}
+        if r.step_time_s is not None:
+            verdict_ran += 1
+            if said != FITS:
+                verdict_ran_over.append(vrow)
+        if r.oom and r.oom_reliable:
+            verdict_oom += 1
+            if said == FITS:
+                verdict_oom_fit.append(vrow)
         if r.memory_bytes is not None:
             mem_rows.append({"id": r.id, "group": r.group,
                              "measured_GiB": r.memory_bytes / 2**30,
@@ -1745,7 +1786,8 @@ def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool
     memory["mean_signed_error"] = float(np.mean(signed)) if signed else float("nan")
     reserved = _error_block(reserved_rows)
     reserved.update({"unit": "GiB", "what": "torchtitan peak_memory_gib (PyTorch max reserved) "
-                     "vs predicted peak less the CUDA context", "runs": reserved_rows})
+                     "vs the predicted reserved peak (allocated + fragmentation reserve)",
+                     "runs": reserved_rows})
     # the data's owner marks some OOM reports unreliable (bloom_prequel_110): listed, not
     # counted
     reliable = [x for x in oom_rows if x["oom_reliable"]]
@@ -1757,6 +1799,12 @@ def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool
     over_2026.sort(key=lambda x: -x["ratio"])
     ran = sum(1 for r in col.runs if r.id in pred and r.step_time_s is not None and _checked(r))
     ran_over = {"count": ran, "predicted_over": len(over_rows), "runs": over_rows}
+    verdict_ran_over.sort(key=lambda x: -x["ratio"])
+    memory_verdict = {"margin": 1.0 - DEFAULT_MEMORY_FRACTION, "ran": verdict_ran,
+                      "ran_not_fitting": len(verdict_ran_over), "ran_not_fitting_runs":
+                      verdict_ran_over, "oom": verdict_oom,
+                      "oom_predicted_to_fit": len(verdict_oom_fit),
+                      "oom_predicted_to_fit_runs": verdict_oom_fit}
     ran_2026 = sum(1 for r in col.runs if r.id in pred and r.step_time_s is not None
                    and not _checked(r))
     ran_over_2026 = {"count": ran_2026, "predicted_over": len(over_2026), "runs": over_2026}
@@ -1819,6 +1867,7 @@ def validate(data_dir: str | os.PathLike | None = None, *, include_derived: bool
         "oom": oom,
         "ran_predicted_over_memory": ran_over,
         "ran_predicted_over_memory_2026": ran_over_2026,
+        "memory_verdict": memory_verdict,
         "korthikanti_table5": table5,
         "korthikanti_table4": table4,
         "nccl": nccl,
@@ -1950,6 +1999,18 @@ def format_report(res: Mapping[str, Any], *, verbose: bool = False, worst: int =
         out.append(f"Reserved memory (torchtitan peak_memory_gib, GiB): n={rm['count']} MAPE "
                    f"{_pct(rm['mape'])} median {_pct(rm['median_ape'])} max "
                    f"{_pct(rm['max_ape'])} bias {_pct(rm['mean_signed_error'])}")
+    mv = res.get("memory_verdict")
+    if mv:
+        out.append(f"Default memory verdict (fits = predicted peak under the GPU's memory less "
+                   f"a {mv['margin']:.0%} safety margin): {mv['ran_not_fitting']} of "
+                   f"{mv['ran']} runs that ran predicted not to fit; "
+                   f"{mv['oom_predicted_to_fit']} of {mv['oom']} OOM reports predicted to fit"
+                   + "".join(f"\n  ran, predicted '{x['verdict']}': {x['id']} "
+                             f"{x['predicted_GiB']:.1f} of {x['capacity_GiB']:.1f} GiB"
+                             for x in mv["ran_not_fitting_runs"][:10])
+                   + "".join(f"\n  OOM, predicted to fit: {x['id']} "
+                             f"{x['predicted_GiB']:.1f} of {x['capacity_GiB']:.1f} GiB"
+                             for x in mv["oom_predicted_to_fit_runs"]))
     ro = res["ran_predicted_over_memory"]
     top = ro["runs"][:5]
     out.append(f"Runs that ran (step time measured) but are predicted over the GPU's memory: "

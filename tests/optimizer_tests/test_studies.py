@@ -193,7 +193,10 @@ def test_defaults(tmp_path):
     minimal = load_study_file(_write(tmp_path / "b", "schema_version: 1\nname: m\n"
                                      "model: llama-7b\ncluster: {gpus: 8, gpu: a100-sxm-80gb}\n"))
     assert minimal.space.recompute == ("none", "selective", "full")
-    assert minimal.memory_limit_gib is None and minimal.memory_fraction == 0.9
+    from costmodel.memory_verdict import DEFAULT_MEMORY_FRACTION
+
+    assert minimal.memory_limit_gib is None
+    assert minimal.memory_fraction == DEFAULT_MEMORY_FRACTION == 0.98
     assert minimal.training.seq_length == 2048  # TrainingSpec's default
 
 
