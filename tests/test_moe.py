@@ -450,3 +450,18 @@ def test_flex_dispatcher_sends_a_token_once_per_remote_host():
     assert 0 < flex < 0.5 * a2a
     with pytest.raises(InputError):
         replace(p.training, moe_dispatcher="deepep")
+
+
+def test_bf16_gradient_reduction_halves_dense_and_expert_gradient_buffers():
+    # Megatron's --grad-reduce-in-bf16 (Megatron-Bridge's recipes): the DDP buffer takes the
+    # parameters' dtype, dense and expert parameters alike (distributed_data_parallel.py)
+    from dataclasses import replace
+
+    p = _problem(model="qwen3-30b-a3b", gpus=16, seq=4096, gbs=512)
+    cols = dict(tp=[1], pp=[2], dp=[8], ep=[8], etp=[1], micro_batch_size=[1], zero_stage=[1])
+    a = _score(p, **cols)
+    b = _score(replace(p, training=replace(p.training, grad_reduce_in_bf16=True)), **cols)
+    ga, gb = a.memory.breakdown_bytes["gradients"][0], b.memory.breakdown_bytes["gradients"][0]
+    # 4 bytes -> 2 bytes per parameter, plus the step's fp32 cast of the ZeRO-1 shard (4 / 8)
+    assert gb < 0.7 * ga
+    assert b.memory.breakdown_bytes["weights"][0] == a.memory.breakdown_bytes["weights"][0]
