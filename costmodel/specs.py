@@ -149,8 +149,9 @@ def _nccl_grammar_text(tokens: tuple[str, ...]) -> str:
 INTRA_FABRICS: tuple[str, ...] = ("nvswitch", "nvlink", "pcie")
 INTER_FABRICS: tuple[str, ...] = ("infiniband", "roce", "ethernet", "none")
 # Training frameworks whose runtime behaviour the model distinguishes (calibration.FRAMEWORKS):
-# Megatron-LM / Megatron-Core, Megatron-DeepSpeed (DeepSpeed pipeline engine and ZeRO), FSDP.
-FRAMEWORKS: tuple[str, ...] = ("megatron", "deepspeed", "fsdp")
+# Megatron-LM / Megatron-Core, Megatron-DeepSpeed (DeepSpeed pipeline engine and ZeRO), FSDP
+# (llm-foundry), torchtitan (FSDP2 with its op-level selective activation checkpointing).
+FRAMEWORKS: tuple[str, ...] = ("megatron", "deepspeed", "fsdp", "torchtitan")
 FP8_RECIPE_NAMES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4")
 
 
@@ -688,7 +689,7 @@ class TrainingSpec:
     flash_attention: bool = True  # fused attention: no s^2 activations, causal half FLOPs
     overlap_grad_reduce: bool = True  # DP reduction in buckets overlapped with backward
     dropout: bool = False  # dropout masks in activation memory (Korthikanti et al. assume them)
-    framework: str = "megatron"  # megatron | deepspeed | fsdp: host overheads and buffers
+    framework: str = "megatron"  # megatron | deepspeed | fsdp | torchtitan: host overheads, buffers
     # Megatron-Core --tp-comm-overlap: TP all-gathers / reduce-scatters (sequence parallel
     # only) pipelined with the GEMMs next to them (Transformer Engine userbuffers)
     tp_comm_overlap: bool = False

@@ -284,6 +284,8 @@ _DEEPSPEED = FrameworkFlags(False, True, False, "deepspeed")
 _MODERN = FrameworkFlags(True, False, True)
 _MCORE = FrameworkFlags(True, False, True, tp_comm_overlap=True, overlap_p2p_comm=True)
 _FSDP = FrameworkFlags(True, False, True, "fsdp")
+# torchtitan: FSDP2, its "selective" recompute is op-level SAC (framework profile torchtitan)
+_TORCHTITAN = FrameworkFlags(True, False, True, "torchtitan")
 
 # group prefix -> flags (see the module docstring's table)
 GROUP_FLAGS: tuple[tuple[str, FrameworkFlags], ...] = (
@@ -293,7 +295,7 @@ GROUP_FLAGS: tuple[tuple[str, FrameworkFlags], ...] = (
     ("bloom", _DEEPSPEED_NO_DROPOUT),
     ("vtrain", _DEEPSPEED),
     ("llmfoundry", _FSDP),
-    ("torchtitan", _FSDP),  # PyTorch FSDP2 (+ TP/PP/CP over DTensor)
+    ("torchtitan", _TORCHTITAN),  # PyTorch FSDP2 (+ TP/PP/CP over DTensor)
     ("mlperf", _MODERN),  # NeMo / Megatron-Core or PyTorch implementations
     ("megatron_core", _MODERN),
     ("nemo", _MCORE),

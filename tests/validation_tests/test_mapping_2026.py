@@ -128,7 +128,7 @@ def test_torchtitan_row():
     assert (p.micro_batch_size, p.zero_stage, p.precision, p.recompute) == (2, 3, "fp8",
                                                                            "selective")
     assert run.precision_recipe == "float8 (torchao)"
-    assert run.training.framework == "fsdp"  # PyTorch FSDP2
+    assert run.training.framework == "torchtitan"  # PyTorch FSDP2, op-level SAC
     assert run.cluster.gpu.name == "h100-sxm-80gb"  # README: H100 -> h100-sxm-80gb
     assert run.reserved_memory_bytes == pytest.approx(61.8 * 2**30)
     assert run.memory_bytes is None  # nvidia-smi memory is BLOOM's; this is reserved memory
