@@ -992,6 +992,14 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
         gpu = gpu_key(hardware["gpu"], hardware.get("gpu_memory_gb"))
     gpn = _leading_int(hardware.get("gpus_per_node"), 8)
     domain = _as_int(hardware.get("nvlink_domain_gpus"))
+    if domain is None:
+        # GB200 / GB300 exist only as NVLink racks (NVL72: 18 hosts of 4 GPUs): an entry that
+        # does not state the domain (MLPerf's Lambda GB300 n18) is on its GPU's rack, not on
+        # hosts joined by NICs alone; a host of another size keeps a one-host domain
+        from costmodel import hardware as hw
+
+        host, preset_domain = hw.default_host_and_domain(hw.get_gpu(gpu))
+        domain = preset_domain if preset_domain and gpn == host else None
     cluster = build_cluster(gpu, world, gpn, hardware.get("inter_node"), nvlink_domain=domain)
 
     # layout

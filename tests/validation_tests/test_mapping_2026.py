@@ -322,3 +322,17 @@ def test_head_dim_when_given():
     spec, _ = v.model_spec(m, name="gpt-oss-like")
     assert spec.head_dim == 64
     assert v.model_spec(LLAMA3_70B, name="x")[0].head_dim == 128
+
+
+def test_grace_blackwell_row_without_a_domain_is_on_its_nvl72_rack():
+    """GB200/GB300 come only as NVLink racks: an entry with 4-GPU hosts that does not state
+    nvlink_domain_gpus (MLPerf's Lambda GB300 n18) gets the rack's 72-GPU domain."""
+    hw = {k: x for k, x in NVL72.items() if k != "nvlink_domain_gpus"}
+    def mapped(hardware):
+        entry = _with(BRIDGE_ROW)
+        entry["hardware"] = hardware
+        return v.map_entry(entry)
+
+    assert mapped(hw).cluster.domain_gpus == 72
+    eight = mapped(hw | {"gpus_per_node": 8})
+    assert eight.cluster.domain_gpus in (None, 8)  # not the rack's host: one-host domain
