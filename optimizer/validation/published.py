@@ -356,6 +356,16 @@ def overlaps_p2p(entry: Mapping[str, Any], flags: FrameworkFlags) -> bool:
         "published_runs_2026.yaml")
 
 
+def runs_nvidia_mlperf_impl(group: str, gpu_text: Any) -> bool:
+    """MLPerf Training Llama 3.1 rows on NVIDIA GPUs run NVIDIA's NeMo / Megatron-Core
+    reference implementation (its DGX configs, e.g. config_DGXB200_*.sh, or submitters'
+    copies): the distributed optimizer, as the rows of the same implementation that state
+    it (zero_stage: 1), where an entry leaves zero_stage "not stated". Only the optimizer:
+    a precision the entry leaves unknown keeps the README's text rule. AMD's rows (PyTorch
+    on ROCm) are another implementation."""
+    return group.startswith("mlperf") and "NVIDIA" in str(gpu_text).upper()
+
+
 def is_nemo_table(group: str, parallel: Mapping[str, Any]) -> bool:
     """NVIDIA NeMo / Megatron-Bridge performance tables (recipes' defaults apply)."""
     g = group.lower()
@@ -1010,7 +1020,8 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
     else:
         precision, recipe = precision_of(par, nemo=nemo)
         recompute = recompute_of(par, model, nemo=nemo)
-        zero = zero_of(par, nemo=nemo)
+        zero = zero_of(par, nemo=nemo or runs_nvidia_mlperf_impl(
+            group, (entry.get("hardware") or {}).get("gpu")))
     if vpp > 1 and spec.num_layers % (pp * vpp) and not _uneven_interleaves(spec, pp, vpp):
         raise SkipEntry(f"uneven interleaved split: {spec.num_layers} layers on pp {pp} x vpp "
                         f"{vpp} chunks: no pipeline layout gives every chunk a layer")

@@ -336,3 +336,13 @@ def test_grace_blackwell_row_without_a_domain_is_on_its_nvl72_rack():
     assert mapped(hw).cluster.domain_gpus == 72
     eight = mapped(hw | {"gpus_per_node": 8})
     assert eight.cluster.domain_gpus in (None, 8)  # not the rack's host: one-host domain
+
+
+def test_mlperf_nvidia_rows_use_the_distributed_optimizer_where_not_stated():
+    """NVIDIA's MLPerf Llama 3.1 implementation (NeMo / Megatron-Core) runs the distributed
+    optimizer; AMD's PyTorch implementation keeps "not stated" as absent."""
+    assert v.map_entry(MLPERF_ROW).parallel.zero_stage == 0
+    nv = _with(MLPERF_ROW, hardware={"gpu": "NVIDIA B200"},
+               parallel={"framework": "PyTorch NVIDIA Release 25.09"})
+    run = v.map_entry(nv)
+    assert run.parallel.zero_stage == 1 and run.parallel.recompute == "full"  # only ZeRO
