@@ -147,6 +147,29 @@ _GPUS: dict[str, GPUSpec] = {
             f"Tensor Core GPU Architecture whitepaper, {ACCESSED}",
         ),
         GPUSpec(
+            # Meta's Grand Teton H100 SXM with 96 GB HBM2e at a lower power limit (500 W; the
+            # parts of torchtitan's H100 benchmarks, which call them "94/95GB"): NVIDIA
+            # publishes no datasheet for it. The source puts the true peak "between SXM and
+            # NVL" (NVL: 835 bf16 dense), unknown: the SXM peaks are kept (torchtitan computes
+            # its MFU with them; a derated peak leaves torchtitan's long-sequence CP rows on
+            # these GPUs further off). HBM bandwidth unknown: SXM's kept. Memory: 95830 MiB,
+            # the driver total of NVIDIA's 94 GB parts (H100 NVL), assumed.
+            name="h100-sxm-96gb-hbm2e",
+            peak_flops_per_s={"fp32": 66.9e12, "tf32": 494.7e12,
+                              "fp16": 989.4e12, "bf16": 989.4e12, "fp8": 1978.9e12},
+            memory_bytes=95830 * MIB,
+            memory_bandwidth_bytes_per_s=3350e9,
+            nvlink_bandwidth_bytes_per_s=450e9,
+            nvlink_links=18,
+            sm_count=132,
+            compute_capability=90,
+            pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
+            source="torchtitan benchmarks/llama3_h100_202412_torchtitan.md and docs/"
+            "performance.md (2024): 'H100 SXM 96GB HBM2e, 500 W power limit', 'lower TDP, "
+            "actual peak between SXM and NVL'; peaks as h100-sxm-80gb (assumed), "
+            f"{_NV_H100} NVL column for the 94 GB memory total (assumed), {ACCESSED}",
+        ),
+        GPUSpec(
             name="h100-pcie-80gb",
             peak_flops_per_s={"fp32": 51.2e12, "tf32": 378.0e12,
                               "fp16": 756.0e12, "bf16": 756.0e12, "fp8": 1513.0e12},
@@ -359,6 +382,7 @@ _GPU_ALIASES: dict[str, str] = {
     "h100": "h100-sxm-80gb",
     "h100-sxm": "h100-sxm-80gb",
     "h100-pcie": "h100-pcie-80gb",
+    "h100-96gb": "h100-sxm-96gb-hbm2e",
     "h200": "h200-sxm-141gb",
     "h200-sxm": "h200-sxm-141gb",
     "b200-sxm": "b200",

@@ -24,8 +24,8 @@ Mapping (``../shared/validation/README.md``, followed exactly)
   ``derived.iteration_time_s`` of the 2026 file is one of these conversions of a measured
   throughput, so it is not read; Megatron SC21 Table 1's (computed from TFLOP/s, which the
   README says not to compare) stays behind ``--include-derived`` as before.
-- GPU: "A100" + "40GB" -> a100-sxm-40gb, other A100 -> a100-sxm-80gb, H100 (any memory,
-  also torchtitan's 95/96 GB HBM2e parts) -> h100-sxm-80gb, H200 -> h200-sxm-141gb, H800 ->
+- GPU: "A100" + "40GB" -> a100-sxm-40gb, other A100 -> a100-sxm-80gb, H100 -> h100-sxm-80gb
+  (torchtitan's 94-96 GB HBM2e parts -> h100-sxm-96gb-hbm2e), H200 -> h200-sxm-141gb, H800 ->
   h800-sxm-80gb, GB200 / GB300 -> gb200 / gb300, B200 / B300 -> b200 / b300, V100 ->
   v100-sxm-32gb, MI300X / MI325X / MI350X / MI355X -> their keys; nodes of ``gpus_per_node``
   (default 8) GPUs, the GPU's default intra-node fabric; ``hardware.nvlink_domain_gpus`` (72
@@ -414,10 +414,14 @@ _GPU_KEYS: tuple[tuple[str, str], ...] = (
 
 def gpu_key(text: str, memory_gb: Any = None) -> str:
     """The catalog key the README names for a GPU description: "A100 40GB" -> a100-sxm-40gb,
-    other A100 -> a100-sxm-80gb, H100 (any memory) -> h100-sxm-80gb, H200 -> h200-sxm-141gb,
+    other A100 -> a100-sxm-80gb, H100 -> h100-sxm-80gb (96 GB HBM2e -> h100-sxm-96gb-hbm2e), H200 -> h200-sxm-141gb,
     H800, B200, B300, GB200, GB300, V100, MI300X, MI325X, MI350X, MI355X -> their keys."""
     t = str(text).upper().replace(" ", "")
     mem = _as_int(memory_gb)
+    if "H100" in t and ("HBM2E" in t or mem in (94, 95, 96)) and "NVL" not in t:
+        # torchtitan's Grand Teton H100s (96 GB HBM2e, 500 W): their own key, whose memory
+        # holds the measured 77-84 GiB peaks the 80 GB key cannot
+        return "h100-sxm-96gb-hbm2e"
     if "A100" in t:
         return "a100-sxm-40gb" if ("40GB" in t or mem == 40) else "a100-sxm-80gb"
     for name, key in _GPU_KEYS:

@@ -129,7 +129,7 @@ def test_torchtitan_row():
                                                                            "selective")
     assert run.precision_recipe == "float8 (torchao)"
     assert run.training.framework == "torchtitan"  # PyTorch FSDP2, op-level SAC
-    assert run.cluster.gpu.name == "h100-sxm-80gb"  # README: H100 -> h100-sxm-80gb
+    assert run.cluster.gpu.name == "h100-sxm-96gb-hbm2e"  # the Grand Teton 96 GB HBM2e parts
     assert run.reserved_memory_bytes == pytest.approx(61.8 * 2**30)
     assert run.memory_bytes is None  # nvidia-smi memory is BLOOM's; this is reserved memory
 
@@ -188,7 +188,7 @@ def test_cp_rows_are_mapped():
     ("NVIDIA Blackwell Ultra GPU (B300-SXM-270GB)", "b300"),
     ("NVIDIA Blackwell GPU (B200-SXM-180GB)", "b200"), ("NVIDIA B200 (DGX-B200)", "b200"),
     ("AMD Instinct MI355X", "mi355x"), ("AMD Instinct MI350X", "mi350x"),
-    ("NVIDIA H800", "h800-sxm-80gb"), ("NVIDIA H100 SXM 96GB HBM2e", "h100-sxm-80gb"),
+    ("NVIDIA H800", "h800-sxm-80gb"), ("NVIDIA H100 SXM 96GB HBM2e", "h100-sxm-96gb-hbm2e"),
     ("NVIDIA A100 40GB", "a100-sxm-40gb"),
 ])
 def test_gpu_keys(text, key):
