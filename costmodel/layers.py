@@ -542,8 +542,8 @@ def _op_sac_rows(sh: Shard) -> OpTable:
     """torchtitan's selective op-level activation checkpointing (``selective_ac_option =
     "op"``, torchtitan ``_apply_ac_to_transformer_block`` at 2024-12): the policy saves the
     outputs of SDPA and of every other ``aten.mm`` of a block and recomputes all other ops
-    in the backward. The block's matmuls run in the order wq, wk, wv, wo, w1, w3, w2, so the
-    2nd, 4th and 6th (wk, wo, w3) are re-run: of the fused QKV kernel the K share g/(a+2g),
+    in the backward (the policy as recalled, not re-read at the source). The block's
+    matmuls run in the order wq, wk, wv, wo, w1, w3, w2, so the 2nd, 4th and 6th (wk, wo, w3) are re-run: of the fused QKV kernel the K share g/(a+2g),
     the whole output projection, half of the gated FC1 (w3). The element-wise ops (norms,
     rotary, SiLU x mul) are re-run as well. Rows of the RECOMPUTE pass, read where the
     recompute is selective; no kernel is fitted."""
