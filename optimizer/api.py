@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -93,8 +94,11 @@ def optimize(model: Any, gpus: int | None = None, *, cluster: Any = None,
     report.
     """
     from optimizer import search
+    from optimizer.planning.recipes import api_training_defaults
 
     t0 = time.perf_counter()
+    seq_length, origin = api_training_defaults(model, seq_length, global_batch_size, training,
+                                               memory_limit_gib, memory_fraction)
     problem = resolve_problem(model=model, gpus=gpus, cluster=cluster, gpu=gpu,
                               gpus_per_node=gpus_per_node, seq_length=seq_length,
                               global_batch_size=global_batch_size, training=training,
@@ -104,7 +108,7 @@ def optimize(model: Any, gpus: int | None = None, *, cluster: Any = None,
     outcome = search.run(problem, space=space, sampler=sampler, trials=trials, seed=seed,
                          jobs=jobs, batch_size=batch_size, storage=storage,
                          study_name=study_name, progress=progress)
-    return finish(problem, outcome, t0, keep_cloud=keep_cloud)
+    return replace(finish(problem, outcome, t0, keep_cloud=keep_cloud), defaults_from=origin)
 
 
 CLOUD_MAX = 1500  # dominated points kept for the HTML report's cloud

@@ -527,6 +527,9 @@ def torchtitan_refusal(model: ModelSpec, config: ParallelConfig) -> list[str]:
     if config.dp > 1 and not _fsdp(config) and (config.tp > 1 or config.pp > 1):
         r.append("torchtitan: data_parallel_replicate_degree > 1 without sharding is DDP, which "
                  "torchtitan supports only for 1-D parallelism")
+    from optimizer.launch.moe_flags import torchtitan_moe_refusal
+
+    r += torchtitan_moe_refusal(model, config, config.dp if _fsdp(config) else 1)
     return r
 
 
@@ -556,6 +559,9 @@ def torchtitan_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     ]
     if config.cp > 1:  # torchtitan shards FSDP over dp_shard x cp itself
         a += ["--parallelism.context_parallel_degree", str(config.cp)]
+    from optimizer.launch.moe_flags import torchtitan_moe_args
+
+    a += torchtitan_moe_args(config)
     if _fsdp(config):  # ZeRO-2 keeps parameters gathered between forward and backward
         a += ["--parallelism.fsdp_reshard_after_forward",
               "never" if config.zero_stage == 2 else "always"]
@@ -892,15 +898,17 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
 
 
 def unexpressed(model: ModelSpec) -> list[str]:
-    """Model features the cost model may score that no target's artefacts express yet (a
-    ModelSpec with Mixture-of-Experts or MLA layers): every target is then not faithful."""
+    """Model features the cost model may score that the Megatron-DeepSpeed artefacts do not
+    express (Mixture-of-Experts or MLA layers; Megatron-LM's flags carry them,
+    :func:`optimizer.launch.moe_flags.megatron_moe_args`, torchtitan's refusal names its own
+    limits)."""
     r = []
     if getattr(model, "moe", None) is not None:
-        r.append(f"{model.name} has Mixture-of-Experts layers: the launch artefacts do not "
-                 "emit expert flags yet and would build a dense model")
+        r.append(f"{model.name} has Mixture-of-Experts layers: the Megatron-DeepSpeed "
+                 "artefacts do not emit expert flags and would build a dense model")
     if getattr(model, "mla", None) is not None:
-        r.append(f"{model.name} uses multi-head latent attention: the launch artefacts do not "
-                 "emit MLA flags yet")
+        r.append(f"{model.name} uses multi-head latent attention: the Megatron-DeepSpeed "
+                 "artefacts do not emit MLA flags")
     return r
 
 
@@ -909,8 +917,8 @@ def launch_targets(model: ModelSpec, config: ParallelConfig) -> dict[str, Any]:
     scored (``supported``) and, if not, why (``reasons``)."""
     mr = megatron_refusal(model)
     common = unexpressed(model)
-    mr_list = ([] if mr is None else [mr]) + common
-    ds, tt = deepspeed_refusal(config) + common, torchtitan_refusal(model, config) + common
+    mr_list = [] if mr is None else [mr]
+    ds, tt = deepspeed_refusal(config) + common, torchtitan_refusal(model, config)
     return {
         "megatron": {"target": MEGATRON_TARGET, "script": megatron_script(model),
                      "supported": not mr_list, "reasons": mr_list},
