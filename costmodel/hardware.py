@@ -21,7 +21,7 @@ Sources were accessed on 2026-11-29 (``ACCESSED``); each entry's ``source`` name
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from costmodel.errors import InputError, did_you_mean
 from costmodel.specs import ClusterSpec, GPUSpec, InterNodeSpec, IntraNodeSpec
@@ -352,9 +352,9 @@ _GPUS: dict[str, GPUSpec] = {
     )
 }
 
-# Dense FP4 Tensor-Core peaks (NVFP4 / MXFP4), FLOP/s. specs.PRECISIONS has no "fp4", so
-# GPUSpec cannot hold them yet; they live here, once, until it does (then they move into
-# ``peak_flops_per_s``). A GPU missing here has no FP4 matrix type.
+# Dense FP4 Tensor-Core peaks (NVFP4 / MXFP4), FLOP/s, written into each catalog entry's
+# ``GPUSpec.fp4_dense_peak_flops_per_s`` below (specs.PRECISIONS has no "fp4": NVFP4 is an
+# fp8 recipe). A GPU missing here has no FP4 matrix type.
 FP4_DENSE_PEAK_FLOPS_PER_S: dict[str, float] = {
     "b200": 9000.0e12,  # HGX B200: 144 PF sparse FP4 per 8 GPUs (check)
     "b300": 13500.0e12,  # HGX B300: 108 PF dense FP4 per 8 GPUs (check)
@@ -365,10 +365,22 @@ FP4_DENSE_PEAK_FLOPS_PER_S: dict[str, float] = {
 }
 
 
+# AMD architecture names (ROCm "GPU architecture specifications", _AMD_SPECS): CDNA 3
+# (MI300X, MI325X) gfx942, CDNA 4 (MI350X, MI355X) gfx950
+_AMD_ARCH: dict[str, str] = {"mi300x": "gfx942", "mi325x": "gfx942", "mi350x": "gfx950",
+                             "mi355x": "gfx950"}
+_GPUS = {name: replace(g, fp4_dense_peak_flops_per_s=FP4_DENSE_PEAK_FLOPS_PER_S.get(name),
+                       arch=_AMD_ARCH.get(name, g.arch))
+         for name, g in _GPUS.items()}
+
+
 def fp4_peak_flops(gpu: GPUSpec | str) -> float | None:
-    """The dense FP4 peak of a catalog GPU (None: no FP4 matrix type, or not a catalog GPU)."""
-    name = gpu if isinstance(gpu, str) else gpu.name
-    return FP4_DENSE_PEAK_FLOPS_PER_S.get(name)
+    """The dense FP4 peak of a GPU (``GPUSpec.fp4_dense_peak_flops_per_s``; a name: the
+    catalog entry's). None: no FP4 matrix type, or not a catalog GPU."""
+    if isinstance(gpu, str):
+        spec = _GPUS.get(gpu)
+        return None if spec is None else spec.fp4_dense_peak_flops_per_s
+    return gpu.fp4_dense_peak_flops_per_s
 
 _GPU_ALIASES: dict[str, str] = {
     "v100": "v100-sxm-32gb",

@@ -529,9 +529,20 @@ class GPUSpec:
     compute_capability: int = 80
     pcie_bandwidth_bytes_per_s: float = 32e9  # one direction, x16
     source: str = ""
+    # dense FP4 Tensor-Core peak (NVFP4 / MXFP4), FLOP/s; None: no FP4 matrix type. Apart
+    # from peak_flops_per_s: "fp4" is no training precision (NVFP4 GEMMs are an fp8 recipe)
+    fp4_dense_peak_flops_per_s: float | None = None
+    # the vendor's architecture name where compute_capability does not tell it (AMD: gfx942,
+    # gfx950; their compute_capability is a placeholder); "" for NVIDIA
+    arch: str = ""
 
     def __post_init__(self) -> None:
         s = f"gpu[{self.name}]"
+        if self.fp4_dense_peak_flops_per_s is not None:
+            _set(self, "fp4_dense_peak_flops_per_s",
+                 _pos(s, "fp4_dense_peak_flops_per_s", self.fp4_dense_peak_flops_per_s))
+        if not isinstance(self.arch, str):
+            raise InputError(f"{s}.arch", f"must be a string, got {self.arch!r}")
         peaks = {}
         if not isinstance(self.peak_flops_per_s, Mapping) or not self.peak_flops_per_s:
             raise InputError(f"{s}.peak_flops_per_s", "must map precision -> FLOP/s")
