@@ -282,6 +282,9 @@ class KernelCosts:
     softmax_in_fp32: bool = False
     # the fused-attention kernel generation the framework runs (ATTENTION_KERNELS)
     attention_kernel: str = "flash2"
+    # "selective" recompute is torchtitan's op-level SAC (layers._op_sac_rows): every other
+    # matmul and the element-wise ops re-run, SDPA saved; else Megatron's core-attention one
+    selective_op_sac: bool = False
 
 
 @dataclass(frozen=True)
@@ -470,3 +473,8 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
         dp=DataParallelCosts(zero2_regather=True, fp32_flat_shard=True),
         memory=MemoryCosts(logits_saved_bytes=2.0)),
 }
+# torchtitan (PyTorch FSDP2): llm-foundry's FSDP profile (its kernels and FSDP costs were
+# fitted there) with torchtitan's own "selective" recompute, op-level SAC
+# (layers._op_sac_rows): derived from its checkpoint policy, not fitted.
+FRAMEWORKS["torchtitan"] = FRAMEWORKS["fsdp"].with_(selective_op_sac=True)
+FRAMEWORKS["torchtitan"] = replace(FRAMEWORKS["torchtitan"], name="torchtitan")

@@ -21,7 +21,7 @@ Sources were accessed on 2026-11-29 (``ACCESSED``); each entry's ``source`` name
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from costmodel.errors import InputError, did_you_mean
 from costmodel.specs import ClusterSpec, GPUSpec, InterNodeSpec, IntraNodeSpec
@@ -145,6 +145,29 @@ _GPUS: dict[str, GPUSpec] = {
             pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
             source=f"{_NV_H100} SXM column; dense = sparse/2; FP32 66.9 from the NVIDIA H100 "
             f"Tensor Core GPU Architecture whitepaper, {ACCESSED}",
+        ),
+        GPUSpec(
+            # Meta's Grand Teton H100 SXM with 96 GB HBM2e at a lower power limit (500 W; the
+            # parts of torchtitan's H100 benchmarks, which call them "94/95GB"): NVIDIA
+            # publishes no datasheet for it. The source puts the true peak "between SXM and
+            # NVL" (NVL: 835 bf16 dense), unknown: the SXM peaks are kept (torchtitan computes
+            # its MFU with them; a derated peak leaves torchtitan's long-sequence CP rows on
+            # these GPUs further off). HBM bandwidth unknown: SXM's kept. Memory: 95830 MiB,
+            # the driver total of NVIDIA's 94 GB parts (H100 NVL), assumed.
+            name="h100-sxm-96gb-hbm2e",
+            peak_flops_per_s={"fp32": 66.9e12, "tf32": 494.7e12,
+                              "fp16": 989.4e12, "bf16": 989.4e12, "fp8": 1978.9e12},
+            memory_bytes=95830 * MIB,
+            memory_bandwidth_bytes_per_s=3350e9,
+            nvlink_bandwidth_bytes_per_s=450e9,
+            nvlink_links=18,
+            sm_count=132,
+            compute_capability=90,
+            pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
+            source="torchtitan benchmarks/llama3_h100_202412_torchtitan.md and docs/"
+            "performance.md (2024): 'H100 SXM 96GB HBM2e, 500 W power limit', 'lower TDP, "
+            "actual peak between SXM and NVL'; peaks as h100-sxm-80gb (assumed), "
+            f"{_NV_H100} NVL column for the 94 GB memory total (assumed), {ACCESSED}",
         ),
         GPUSpec(
             name="h100-pcie-80gb",
@@ -329,9 +352,9 @@ _GPUS: dict[str, GPUSpec] = {
     )
 }
 
-# Dense FP4 Tensor-Core peaks (NVFP4 / MXFP4), FLOP/s. specs.PRECISIONS has no "fp4", so
-# GPUSpec cannot hold them yet; they live here, once, until it does (then they move into
-# ``peak_flops_per_s``). A GPU missing here has no FP4 matrix type.
+# Dense FP4 Tensor-Core peaks (NVFP4 / MXFP4), FLOP/s, written into each catalog entry's
+# ``GPUSpec.fp4_dense_peak_flops_per_s`` below (specs.PRECISIONS has no "fp4": NVFP4 is an
+# fp8 recipe). A GPU missing here has no FP4 matrix type.
 FP4_DENSE_PEAK_FLOPS_PER_S: dict[str, float] = {
     "b200": 9000.0e12,  # HGX B200: 144 PF sparse FP4 per 8 GPUs (check)
     "b300": 13500.0e12,  # HGX B300: 108 PF dense FP4 per 8 GPUs (check)
@@ -342,10 +365,22 @@ FP4_DENSE_PEAK_FLOPS_PER_S: dict[str, float] = {
 }
 
 
+# AMD architecture names (ROCm "GPU architecture specifications", _AMD_SPECS): CDNA 3
+# (MI300X, MI325X) gfx942, CDNA 4 (MI350X, MI355X) gfx950
+_AMD_ARCH: dict[str, str] = {"mi300x": "gfx942", "mi325x": "gfx942", "mi350x": "gfx950",
+                             "mi355x": "gfx950"}
+_GPUS = {name: replace(g, fp4_dense_peak_flops_per_s=FP4_DENSE_PEAK_FLOPS_PER_S.get(name),
+                       arch=_AMD_ARCH.get(name, g.arch))
+         for name, g in _GPUS.items()}
+
+
 def fp4_peak_flops(gpu: GPUSpec | str) -> float | None:
-    """The dense FP4 peak of a catalog GPU (None: no FP4 matrix type, or not a catalog GPU)."""
-    name = gpu if isinstance(gpu, str) else gpu.name
-    return FP4_DENSE_PEAK_FLOPS_PER_S.get(name)
+    """The dense FP4 peak of a GPU (``GPUSpec.fp4_dense_peak_flops_per_s``; a name: the
+    catalog entry's). None: no FP4 matrix type, or not a catalog GPU."""
+    if isinstance(gpu, str):
+        spec = _GPUS.get(gpu)
+        return None if spec is None else spec.fp4_dense_peak_flops_per_s
+    return gpu.fp4_dense_peak_flops_per_s
 
 _GPU_ALIASES: dict[str, str] = {
     "v100": "v100-sxm-32gb",
@@ -359,6 +394,7 @@ _GPU_ALIASES: dict[str, str] = {
     "h100": "h100-sxm-80gb",
     "h100-sxm": "h100-sxm-80gb",
     "h100-pcie": "h100-pcie-80gb",
+    "h100-96gb": "h100-sxm-96gb-hbm2e",
     "h200": "h200-sxm-141gb",
     "h200-sxm": "h200-sxm-141gb",
     "b200-sxm": "b200",

@@ -532,8 +532,28 @@ def layer_tables(model: ModelSpec, training: TrainingSpec, fw, dev: Device, sh: 
             _cp_tables(sh, dev)
     layer = (attention_block(sh, model, training, fw, dev, fallback) + mlp_block(sh)
              + layer_memory_ops(sh, model, training, fw, dev))
+    if fw.kernels.selective_op_sac and model.mla is None:
+        layer = layer + _op_sac_rows(sh)
     return (layer, tp_collectives(sh, dev, rc),
             embedding_table(sh, fw, dev, float(model.params_per_layer))) + _cp_tables(sh, dev)
+
+
+def _op_sac_rows(sh: Shard) -> OpTable:
+    """torchtitan's selective op-level activation checkpointing (``selective_ac_option =
+    "op"``, torchtitan ``_apply_ac_to_transformer_block`` at 2024-12): the policy saves the
+    outputs of SDPA and of every other ``aten.mm`` of a block and recomputes all other ops
+    in the backward (the policy as recalled, not re-read at the source). The block's
+    matmuls run in the order wq, wk, wv, wo, w1, w3, w2, so the 2nd, 4th and 6th (wk, wo, w3) are re-run: of the fused QKV kernel the K share g/(a+2g),
+    the whole output projection, half of the gated FC1 (w3). The element-wise ops (norms,
+    rotary, SiLU x mul) are re-run as well. Rows of the RECOMPUTE pass, read where the
+    recompute is selective; no kernel is fitted."""
+    a, g = sh.heads, sh.kv_heads
+    k_share = g / (a + 2.0 * g)
+    ops = (Op("qkv.recompute", "qkv", RECOMPUTE, "linear", k_share),
+           Op("proj.recompute", "proj", RECOMPUTE, "linear"),
+           Op("fc1.recompute", "fc1", RECOMPUTE, "linear", 0.5),
+           Op("elementwise.recompute", "elementwise", RECOMPUTE, "elementwise"))
+    return OpTable("op_sac", (), ops)
 
 
 def _cp_tables(sh: Shard, dev: Device) -> tuple[OpTable, ...]:

@@ -149,8 +149,9 @@ def _nccl_grammar_text(tokens: tuple[str, ...]) -> str:
 INTRA_FABRICS: tuple[str, ...] = ("nvswitch", "nvlink", "pcie")
 INTER_FABRICS: tuple[str, ...] = ("infiniband", "roce", "ethernet", "none")
 # Training frameworks whose runtime behaviour the model distinguishes (calibration.FRAMEWORKS):
-# Megatron-LM / Megatron-Core, Megatron-DeepSpeed (DeepSpeed pipeline engine and ZeRO), FSDP.
-FRAMEWORKS: tuple[str, ...] = ("megatron", "deepspeed", "fsdp")
+# Megatron-LM / Megatron-Core, Megatron-DeepSpeed (DeepSpeed pipeline engine and ZeRO), FSDP
+# (llm-foundry), torchtitan (FSDP2 with its op-level selective activation checkpointing).
+FRAMEWORKS: tuple[str, ...] = ("megatron", "deepspeed", "fsdp", "torchtitan")
 FP8_RECIPE_NAMES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4")
 
 
@@ -528,9 +529,20 @@ class GPUSpec:
     compute_capability: int = 80
     pcie_bandwidth_bytes_per_s: float = 32e9  # one direction, x16
     source: str = ""
+    # dense FP4 Tensor-Core peak (NVFP4 / MXFP4), FLOP/s; None: no FP4 matrix type. Apart
+    # from peak_flops_per_s: "fp4" is no training precision (NVFP4 GEMMs are an fp8 recipe)
+    fp4_dense_peak_flops_per_s: float | None = None
+    # the vendor's architecture name where compute_capability does not tell it (AMD: gfx942,
+    # gfx950; their compute_capability is a placeholder); "" for NVIDIA
+    arch: str = ""
 
     def __post_init__(self) -> None:
         s = f"gpu[{self.name}]"
+        if self.fp4_dense_peak_flops_per_s is not None:
+            _set(self, "fp4_dense_peak_flops_per_s",
+                 _pos(s, "fp4_dense_peak_flops_per_s", self.fp4_dense_peak_flops_per_s))
+        if not isinstance(self.arch, str):
+            raise InputError(f"{s}.arch", f"must be a string, got {self.arch!r}")
         peaks = {}
         if not isinstance(self.peak_flops_per_s, Mapping) or not self.peak_flops_per_s:
             raise InputError(f"{s}.peak_flops_per_s", "must map precision -> FLOP/s")
@@ -688,7 +700,7 @@ class TrainingSpec:
     flash_attention: bool = True  # fused attention: no s^2 activations, causal half FLOPs
     overlap_grad_reduce: bool = True  # DP reduction in buckets overlapped with backward
     dropout: bool = False  # dropout masks in activation memory (Korthikanti et al. assume them)
-    framework: str = "megatron"  # megatron | deepspeed | fsdp: host overheads and buffers
+    framework: str = "megatron"  # megatron | deepspeed | fsdp | torchtitan: host overheads, buffers
     # Megatron-Core --tp-comm-overlap: TP all-gathers / reduce-scatters (sequence parallel
     # only) pipelined with the GEMMs next to them (Transformer Engine userbuffers)
     tp_comm_overlap: bool = False

@@ -192,3 +192,14 @@ def test_cluster_files_and_preset_names_reach_the_racks():
     c = cluster_from_mapping({"preset": "gb300-nvl72", "num_nodes": 36})
     assert c.gpu.name == "gb300" and c.domain_gpus == 72 and c.num_domains == 2
     assert load_cluster("gb200-nvl72", default_gpus=72).domain_gpus == 72
+
+
+def test_fp4_peak_and_amd_arch_are_gpu_fields():
+    from costmodel import hardware as hw
+
+    b300 = hw.get_gpu("b300")
+    assert b300.fp4_dense_peak_flops_per_s == hw.FP4_DENSE_PEAK_FLOPS_PER_S["b300"]
+    assert hw.fp4_peak_flops(b300) == hw.fp4_peak_flops("b300") == 13500.0e12
+    assert hw.get_gpu("h100-sxm-80gb").fp4_dense_peak_flops_per_s is None
+    assert (hw.get_gpu("mi300x").arch, hw.get_gpu("mi355x").arch) == ("gfx942", "gfx950")
+    assert hw.get_gpu("b200").arch == ""

@@ -105,7 +105,7 @@ def main_parser() -> argparse.ArgumentParser:
                         "global batch is fixed for the whole run)")
     p.add_argument("--gpu-hour-cost", type=float, metavar="USD",
                    help="price of one GPU-hour, for the cost column (default: none)")
-    p.add_argument("--framework", choices=("megatron", "deepspeed", "fsdp"),
+    p.add_argument("--framework", choices=("megatron", "deepspeed", "fsdp", "torchtitan"),
                    help="training framework whose host costs, fusion and buffers to model "
                         "(default: megatron)")
     p.add_argument("--tp-comm-overlap", action="store_true",

@@ -78,7 +78,7 @@ def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     if d > 1:
         z, fw = config.zero_stage, training.framework
         bf16_opt = bool(uses_bf16_optimizer(FRAMEWORKS[fw], prec, z))
-        if z >= 3 or (fw == "fsdp" and z >= 1):
+        if z >= 3 or (fw in ("fsdp", "torchtitan") and z >= 1):
             grad_el = param_el = layer
             src = "one layer (FSDP unit)"
         elif bf16_opt:
@@ -87,7 +87,7 @@ def nccl_tuner_csv(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         elif fw == "deepspeed":
             grad_el = param_el = h * h if z >= 1 else 5e8
             src = "DeepSpeed reduce_bucket_size" if z >= 1 else "DeepSpeed allreduce bucket"
-        elif fw == "fsdp":
+        elif fw in ("fsdp", "torchtitan"):
             grad_el = param_el = 25 * 2**20 / gb
             src = "PyTorch DDP bucket_cap_mb=25"
         else:

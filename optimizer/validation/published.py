@@ -25,8 +25,8 @@ Mapping (``../shared/validation/README.md``, followed exactly)
   ``derived.iteration_time_s`` of the 2026 file is one of these conversions of a measured
   throughput, so it is not read; Megatron SC21 Table 1's (computed from TFLOP/s, which the
   README says not to compare) stays behind ``--include-derived`` as before.
-- GPU: "A100" + "40GB" -> a100-sxm-40gb, other A100 -> a100-sxm-80gb, H100 (any memory,
-  also torchtitan's 95/96 GB HBM2e parts) -> h100-sxm-80gb, H200 -> h200-sxm-141gb, H800 ->
+- GPU: "A100" + "40GB" -> a100-sxm-40gb, other A100 -> a100-sxm-80gb, H100 -> h100-sxm-80gb
+  (torchtitan's 94-96 GB HBM2e parts -> h100-sxm-96gb-hbm2e), H200 -> h200-sxm-141gb, H800 ->
   h800-sxm-80gb, GB200 / GB300 -> gb200 / gb300, B200 / B300 -> b200 / b300, V100 ->
   v100-sxm-32gb, MI300X / MI325X / MI350X / MI355X -> their keys; nodes of ``gpus_per_node``
   (default 8) GPUs, the GPU's default intra-node fabric; ``hardware.nvlink_domain_gpus`` (72
@@ -289,6 +289,8 @@ _DEEPSPEED = FrameworkFlags(False, True, False, "deepspeed")
 _MODERN = FrameworkFlags(True, False, True)
 _MCORE = FrameworkFlags(True, False, True, tp_comm_overlap=True, overlap_p2p_comm=True)
 _FSDP = FrameworkFlags(True, False, True, "fsdp")
+# torchtitan: FSDP2, its "selective" recompute is op-level SAC (framework profile torchtitan)
+_TORCHTITAN = FrameworkFlags(True, False, True, "torchtitan")
 
 # group prefix -> flags (see the module docstring's table)
 GROUP_FLAGS: tuple[tuple[str, FrameworkFlags], ...] = (
@@ -298,7 +300,7 @@ GROUP_FLAGS: tuple[tuple[str, FrameworkFlags], ...] = (
     ("bloom", _DEEPSPEED_NO_DROPOUT),
     ("vtrain", _DEEPSPEED),
     ("llmfoundry", _FSDP),
-    ("torchtitan", _FSDP),  # PyTorch FSDP2 (+ TP/PP/CP over DTensor)
+    ("torchtitan", _TORCHTITAN),  # PyTorch FSDP2 (+ TP/PP/CP over DTensor)
     ("mlperf", _MODERN),  # NeMo / Megatron-Core or PyTorch implementations
     ("megatron_core", _MODERN),
     ("nemo", _MCORE),
@@ -359,6 +361,16 @@ def overlaps_p2p(entry: Mapping[str, Any], flags: FrameworkFlags) -> bool:
         "published_runs_2026.yaml")
 
 
+def runs_nvidia_mlperf_impl(group: str, gpu_text: Any) -> bool:
+    """MLPerf Training Llama 3.1 rows on NVIDIA GPUs run NVIDIA's NeMo / Megatron-Core
+    reference implementation (its DGX configs, e.g. config_DGXB200_*.sh, or submitters'
+    copies): the distributed optimizer, as the rows of the same implementation that state
+    it (zero_stage: 1), where an entry leaves zero_stage "not stated". Only the optimizer:
+    a precision the entry leaves unknown keeps the README's text rule. AMD's rows (PyTorch
+    on ROCm) are another implementation."""
+    return group.startswith("mlperf") and "NVIDIA" in str(gpu_text).upper()
+
+
 def is_nemo_table(group: str, parallel: Mapping[str, Any]) -> bool:
     """NVIDIA NeMo / Megatron-Bridge performance tables (recipes' defaults apply)."""
     g = group.lower()
@@ -407,10 +419,14 @@ _GPU_KEYS: tuple[tuple[str, str], ...] = (
 
 def gpu_key(text: str, memory_gb: Any = None) -> str:
     """The catalog key the README names for a GPU description: "A100 40GB" -> a100-sxm-40gb,
-    other A100 -> a100-sxm-80gb, H100 (any memory) -> h100-sxm-80gb, H200 -> h200-sxm-141gb,
+    other A100 -> a100-sxm-80gb, H100 -> h100-sxm-80gb (96 GB HBM2e -> h100-sxm-96gb-hbm2e), H200 -> h200-sxm-141gb,
     H800, B200, B300, GB200, GB300, V100, MI300X, MI325X, MI350X, MI355X -> their keys."""
     t = str(text).upper().replace(" ", "")
     mem = _as_int(memory_gb)
+    if "H100" in t and ("HBM2E" in t or mem in (94, 95, 96)) and "NVL" not in t:
+        # torchtitan's Grand Teton H100s (96 GB HBM2e, 500 W): their own key, whose memory
+        # holds the measured 77-84 GiB peaks the 80 GB key cannot
+        return "h100-sxm-96gb-hbm2e"
     if "A100" in t:
         return "a100-sxm-40gb" if ("40GB" in t or mem == 40) else "a100-sxm-80gb"
     for name, key in _GPU_KEYS:
@@ -1050,6 +1066,14 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
         gpu = gpu_key(hardware["gpu"], hardware.get("gpu_memory_gb"))
     gpn = _leading_int(hardware.get("gpus_per_node"), 8)
     domain = _as_int(hardware.get("nvlink_domain_gpus"))
+    if domain is None:
+        # GB200 / GB300 exist only as NVLink racks (NVL72: 18 hosts of 4 GPUs): an entry that
+        # does not state the domain (MLPerf's Lambda GB300 n18) is on its GPU's rack, not on
+        # hosts joined by NICs alone; a host of another size keeps a one-host domain
+        from costmodel import hardware as hw
+
+        host, preset_domain = hw.default_host_and_domain(hw.get_gpu(gpu))
+        domain = preset_domain if preset_domain and gpn == host else None
     if moe is not None:
         domain = moe_segment_domain(domain, world, gpn)
     cluster = build_cluster(gpu, world, gpn, hardware.get("inter_node"), nvlink_domain=domain)
@@ -1062,7 +1086,8 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
     else:
         precision, recipe = precision_of(par, nemo=nemo)
         recompute = recompute_of(par, model, nemo=nemo)
-        zero = zero_of(par, nemo=nemo)
+        zero = zero_of(par, nemo=nemo or runs_nvidia_mlperf_impl(
+            group, (entry.get("hardware") or {}).get("gpu")))
     if vpp > 1 and spec.num_layers % (pp * vpp) and not _uneven_interleaves(spec, pp, vpp):
         raise SkipEntry(f"uneven interleaved split: {spec.num_layers} layers on pp {pp} x vpp "
                         f"{vpp} chunks: no pipeline layout gives every chunk a layer")

@@ -46,3 +46,25 @@ def test_score_takes_the_profile_without_patching_globals():
                                                                 collective_host_s=0.0))
     assert faster_host.step_time_s[0] < default.step_time_s[0]
     assert score(model, cluster, training, batch).row(0) == default.row(0)  # nothing leaked
+
+
+def test_torchtitan_selective_is_op_level_sac():
+    """torchtitan's selective recompute re-runs wk, wo, w3 (every other matmul) and the
+    element-wise ops; FSDP's (Megatron's meaning, fused attention saved) re-runs nothing."""
+    model = ModelSpec(name="m", num_layers=4, hidden_size=4096, num_attention_heads=32,
+                      num_kv_heads=8, ffn_hidden_size=14336, vocab_size=128000,
+                      gated_mlp=True)
+    cluster = default_cluster(8)
+    out = {}
+    for fw in ("fsdp", "torchtitan"):
+        training = TrainingSpec(seq_length=4096, global_batch_size=16, framework=fw)
+        batch = ConfigBatch.from_configs([
+            ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=2, precision="bf16",
+                           recompute=rc, zero_stage=3) for rc in ("none", "selective")])
+        out[fw] = score(model, cluster, training, batch)
+    assert out["fsdp"].time_breakdown_s["recompute"][1] == 0.0
+    rc = out["torchtitan"].time_breakdown_s["recompute"]
+    assert rc[0] == 0.0 and rc[1] > 0.0
+    compute = out["torchtitan"].time_breakdown_s["compute"][1]
+    assert 0.08 < rc[1] / compute < 0.2  # ~37% of the linears' forward (1/3) + element-wise
+    assert out["torchtitan"].step_time_s[0] == pytest.approx(out["fsdp"].step_time_s[0])

@@ -128,8 +128,8 @@ def test_torchtitan_row():
     assert (p.micro_batch_size, p.zero_stage, p.precision, p.recompute) == (2, 3, "fp8",
                                                                            "selective")
     assert run.precision_recipe == "float8 (torchao)"
-    assert run.training.framework == "fsdp"  # PyTorch FSDP2
-    assert run.cluster.gpu.name == "h100-sxm-80gb"  # README: H100 -> h100-sxm-80gb
+    assert run.training.framework == "torchtitan"  # PyTorch FSDP2, op-level SAC
+    assert run.cluster.gpu.name == "h100-sxm-96gb-hbm2e"  # the Grand Teton 96 GB HBM2e parts
     assert run.reserved_memory_bytes == pytest.approx(61.8 * 2**30)
     assert run.memory_bytes is None  # nvidia-smi memory is BLOOM's; this is reserved memory
 
@@ -188,7 +188,7 @@ def test_cp_rows_are_mapped():
     ("NVIDIA Blackwell Ultra GPU (B300-SXM-270GB)", "b300"),
     ("NVIDIA Blackwell GPU (B200-SXM-180GB)", "b200"), ("NVIDIA B200 (DGX-B200)", "b200"),
     ("AMD Instinct MI355X", "mi355x"), ("AMD Instinct MI350X", "mi350x"),
-    ("NVIDIA H800", "h800-sxm-80gb"), ("NVIDIA H100 SXM 96GB HBM2e", "h100-sxm-80gb"),
+    ("NVIDIA H800", "h800-sxm-80gb"), ("NVIDIA H100 SXM 96GB HBM2e", "h100-sxm-96gb-hbm2e"),
     ("NVIDIA A100 40GB", "a100-sxm-40gb"),
 ])
 def test_gpu_keys(text, key):
@@ -322,3 +322,27 @@ def test_head_dim_when_given():
     spec, _ = v.model_spec(m, name="gpt-oss-like")
     assert spec.head_dim == 64
     assert v.model_spec(LLAMA3_70B, name="x")[0].head_dim == 128
+
+
+def test_grace_blackwell_row_without_a_domain_is_on_its_nvl72_rack():
+    """GB200/GB300 come only as NVLink racks: an entry with 4-GPU hosts that does not state
+    nvlink_domain_gpus (MLPerf's Lambda GB300 n18) gets the rack's 72-GPU domain."""
+    hw = {k: x for k, x in NVL72.items() if k != "nvlink_domain_gpus"}
+    def mapped(hardware):
+        entry = _with(BRIDGE_ROW)
+        entry["hardware"] = hardware
+        return v.map_entry(entry)
+
+    assert mapped(hw).cluster.domain_gpus == 72
+    eight = mapped(hw | {"gpus_per_node": 8})
+    assert eight.cluster.domain_gpus in (None, 8)  # not the rack's host: one-host domain
+
+
+def test_mlperf_nvidia_rows_use_the_distributed_optimizer_where_not_stated():
+    """NVIDIA's MLPerf Llama 3.1 implementation (NeMo / Megatron-Core) runs the distributed
+    optimizer; AMD's PyTorch implementation keeps "not stated" as absent."""
+    assert v.map_entry(MLPERF_ROW).parallel.zero_stage == 0
+    nv = _with(MLPERF_ROW, hardware={"gpu": "NVIDIA B200"},
+               parallel={"framework": "PyTorch NVIDIA Release 25.09"})
+    run = v.map_entry(nv)
+    assert run.parallel.zero_stage == 1 and run.parallel.recompute == "full"  # only ZeRO
