@@ -901,6 +901,11 @@ def unexpressed(model: ModelSpec) -> list[str]:
     if getattr(model, "mla", None) is not None:
         r.append(f"{model.name} uses multi-head latent attention: the launch artefacts do not "
                  "emit MLA flags yet")
+    norms = getattr(model, "norms_per_layer", None)
+    if norms not in (None, 2):
+        kind = "a parallel block with one input norm" if norms == 1 else "pre and post norms"
+        r.append(f"{model.name} has {norms} norms per layer ({kind}): the launch artefacts "
+                 "build the usual pre-attention and pre-MLP norms")
     return r
 
 
