@@ -141,3 +141,19 @@ def _config():
 
     return ParallelConfig(tp=1, pp=1, dp=8)
 
+
+def test_alibi_front_document_is_valid_with_empty_megatron_args(tmp_path):
+    """A BLOOM config.json's front: Megatron is refused (no flags), and the document still
+    validates against the shipped schema (megatron_args minItems 0; it was 1, and the CLI's
+    schema check turned the run into an internal error)."""
+    import json
+
+    from conftest import run_cli_json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(BLOOM_7B1))
+    doc = run_cli_json(["--model", str(path), "--gpus", "8"], "front")
+    launches = [c["launch"] for c in doc["pareto_front"]]
+    assert launches and all(la["megatron_args"] == [] for la in launches)
+    assert all(not la["targets"]["megatron"]["supported"] for la in launches)
+    assert all(la["torchtitan_args"] for la in launches)
