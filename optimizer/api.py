@@ -90,7 +90,8 @@ def optimize(model: Any, gpus: int | None = None, *, cluster: Any = None,
     ``tp_comm_overlap``, ``flash_attention``, ...); ``seq_length`` / ``global_batch_size``
     override the mapping's. ``keep_cloud``: the result also keeps a sample of the dominated
     feasible configurations (``result.cloud``, the document's ``dominated``) for the HTML
-    report.
+    report. ``storage``: the run's trials (Optuna samplers) and its result document are
+    stored in the Optuna study ``result.search["study_name"]`` (:func:`_finish_stored`).
     """
     from optimizer import search
 
