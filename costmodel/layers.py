@@ -639,9 +639,9 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
 
         ms = moe_ops.moe_shape(model, training, batch, sh.tokens, sh.tp)
         per_layer_act = per_layer_act + moe_ops.moe_activation_delta(model, sh, ms, rc,
-                                                                     dev.act_bytes)
+                                                                     dev.act_bytes, dev.fp8)
         full_layer_act = full_layer_act + moe_ops.moe_activation_delta(
-            model, sh, ms, np.zeros_like(rc), dev.act_bytes)
+            model, sh, ms, np.zeros_like(rc), dev.act_bytes, dev.fp8)
 
     def kernel_s(name):
         return np.broadcast_to(times[name], rc.shape) if name in times else zero

@@ -83,7 +83,9 @@ def check_memory_limit(limit_bytes: float, gpu: Any, field: str = "memory_limit_
 
 #: The keys a cluster's ``calibration`` mapping may hold (read by
 #: costmodel.collectives.nccl_system; written by 'optimize nccl --save-cluster'), and their range.
-CALIBRATION_KEYS = ("nccl_intra_bw_scale", "nccl_inter_bw_scale", "nccl_latency_scale")
+CALIBRATION_KEYS = ("nccl_intra_bw_scale", "nccl_inter_bw_scale", "nccl_latency_scale",
+                    # optimize calibrate (costmodel/cluster_calibration.py)
+                    "eff_gemm_scale", "eff_attention_scale", "eff_host_scale", "eff_comm_scale")
 CALIBRATION_RANGE = (1e-3, 1e3)
 
 

@@ -29,6 +29,7 @@ import numpy as np
 from costmodel import hardware, metrics
 from costmodel.batch import ConfigBatch
 from costmodel.calibration import FRAMEWORKS, Efficiency, FrameworkCosts, efficiency_for
+from costmodel.cluster_calibration import apply_scales, is_calibrated, scales_of
 from costmodel.compute import ACT_BYTES
 from costmodel.data_parallel import (  # noqa: F401  (re-exported)
     DDP_BUCKET_ELEMENTS,
@@ -116,6 +117,8 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     fw = framework or FRAMEWORKS[training.framework]
     eff = efficiency or efficiency_for(gpu.compute_capability, fw.kernels.attention_kernel)
     system = nccl_system(cluster)
+    if is_calibrated(cluster.calibration):  # optimize calibrate's fitted scales
+        eff, fw, system = apply_scales(eff, fw, system, scales_of(cluster.calibration))
     # context parallelism: the gradient reduction and the distributed optimizer run over the
     # data-parallel group with CP (dp x cp; Megatron's _DATA_PARALLEL_GROUP_WITH_CP), while
     # the micro-batches per step count the data-parallel replicas alone
@@ -134,8 +137,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     ea = ACT_BYTES[batch.precision]
 
     layer, distinct = price_distinct_layers(model, training, eff, fw, gpu, system, batch, groups)
-    moe = _moe_terms(model, cluster, system, training, batch, shard, ea) if model.moe else None
-    layer = layer if moe is None else layer.with_(tp_comm_s=layer.tp_comm_s + moe["ep_comm_s"])
+    layer, moe = _with_moe(layer, model, cluster, system, training, batch, shard, ea)
     layer = accumulate_gradients(layer, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
     head, emb = _end_shares(layer)
@@ -153,8 +155,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     st = stage_times(plan, layer, pipe, partial, offload)
     timeline = pipeline_timeline(st.slowest_s, st.total_s, m, sched, v, zb_ratio(layer, sched))
     steady = steady_state(st, layer, timeline.steady_s, m, partial)
-    params = stage_params(plan, model, training, shard.vocab, shard.tp,
-                          None if moe is None else moe["non_expert"])
+    params = stage_params(plan, model, training, shard.vocab, shard.tp, moe and moe["non_expert"])
     expert, dp_params = _expert_params(plan, params, moe, batch, sharded.dp)
     dp = data_parallel_step(comm, grad_batch, groups, fw, eff, training, sharded, dp_params,
                             plan.groups[0].layers, layer, steady, m, shard.vocab, shard.hidden,
@@ -214,6 +215,20 @@ def partial_recompute(model, training, eff, fw, gpu, system, batch: ConfigBatch,
     return PartialRecompute(n, v, plain)
 
 
+def _with_moe(layer: LayerCosts, model, cluster, system, training, batch, shard, ea
+              ) -> tuple[LayerCosts, dict | None]:
+    """The layer with a MoE model's exposed EP communication and dispatcher host stall added,
+    and the MoE terms (the layer and None for a dense model)."""
+    if model.moe is None:
+        return layer, None
+    from costmodel.moe import moe_host_stall_s
+
+    moe = _moe_terms(model, cluster, system, training, batch, shard, ea)
+    stall = moe_host_stall_s(training, moe["shape"], batch.recompute)
+    return layer.with_(tp_comm_s=layer.tp_comm_s + moe["ep_comm_s"],
+                       host_s=layer.host_s + stall), moe
+
+
 def _moe_terms(model, cluster, system, training, batch, shard, ea) -> dict:
     """A MoE model's extra per-configuration terms (:mod:`costmodel.moe`)."""
     from costmodel import moe as moe_ops
@@ -223,7 +238,8 @@ def _moe_terms(model, cluster, system, training, batch, shard, ea) -> dict:
     world = batch.tp * batch.pp * batch.dp * batch.cp
     edp = np.maximum(world // np.maximum(batch.etp * batch.ep * batch.pp, 1), 1).astype(float)
     return {"ep_comm_s": moe_ops.ep_comm_s(cluster, system, batch, ms, shard.hidden, ea,
-                                           batch.recompute),
+                                           batch.recompute, model, training),
+            "shape": ms,
             "non_expert": non_expert, "expert": expert, "edp": edp,
             "dispatch_buffers": moe_ops.dispatcher_buffer_bytes(model, ms, shard.hidden, ea)}
 

@@ -37,6 +37,7 @@ Megatron-Bridge's performance tables).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,9 @@ from costmodel.pricing import GEMM, MEMORY, Kernel
 DEFAULT_LOAD_IMBALANCE = 1.1
 #: rows of the grouped GEMM's CTA tile each expert's token block is padded to
 GROUPED_GEMM_TILE_M = 128.0
+#: host stall of one eager MoE layer per micro-batch (forward + backward) at the dropless
+#: dispatcher's device-to-host sync (moe_host_stall_s)
+MOE_HOST_STALL_S = 4.7e-3
 
 
 @dataclass(frozen=True)
@@ -110,8 +114,18 @@ def moe_kernels(model, sh, ms: MoEShape, ea: float) -> tuple[list[Kernel], list[
     return kerns, ops
 
 
-def ep_comm_s(cluster, system, batch, ms: MoEShape, hidden: float, ea: float, rc
-              ) -> np.ndarray:
+def _remote_host_share(experts: int, k: int, hosts: int) -> float:
+    """A token's distinct remote hosts (uniform routing of k of E experts spread evenly over
+    ``hosts``) over its copies sent off-host by the plain all-to-all (k (H-1)/H)."""
+    if hosts <= 1:
+        return 1.0
+    per = experts // hosts
+    hit = 1.0 - math.comb(experts - per, k) / math.comb(experts, k)
+    return (hosts - 1) * hit / (k * (hosts - 1) / hosts)
+
+
+def ep_comm_s(cluster, system, batch, ms: MoEShape, hidden: float, ea: float, rc,
+              model=None, training=None) -> np.ndarray:
     """Exposed EP (and expert-TP) communication of one MoE layer per micro-batch: dispatch and
     combine all-to-all forward and backward (and in the recomputed forward), priced once per
     distinct (tp, cp, pp, dp, ep, etp)."""
@@ -141,6 +155,21 @@ def ep_comm_s(cluster, system, batch, ms: MoEShape, hidden: float, ea: float, rc
     if host.any():
         a2a[host] = coll.alltoall_time_s(system, np.maximum(nbytes[host], 1.0), ep_ranks[host],
                                          ep_hosts[host])
+    flex = host & (ep_hosts > 1) & (model is not None and training is not None
+                                    and training.moe_dispatcher == "flex")
+    if flex.any():
+        # the flex dispatcher (DeepEP / HybridEP): a token crosses to each remote host holding
+        # one of its experts once and is forwarded to those experts over NVLink there
+        # (Megatron MoE README; DeepEP's internode kernels): the NIC bytes are the token's
+        # distinct remote hosts, not its k copies; the NVLink side moves every copy
+        ratio = np.array([_remote_host_share(model.moe.num_experts, model.moe.top_k, int(x))
+                          for x in ep_hosts[flex]])
+        ppn = np.maximum(ep_ranks[flex] // ep_hosts[flex], 1)
+        nic = coll.alltoall_time_s(system, np.maximum(nbytes[flex] * ratio, 1.0),
+                                   ep_ranks[flex], ep_hosts[flex])
+        nvl = np.where(ppn > 1, coll.alltoall_time_s(system, np.maximum(nbytes[flex], 1.0),
+                                                     ppn, np.ones_like(ppn)), 0.0)
+        a2a[flex] = np.maximum(nic, nvl)
     if mnnvl.any():
         # EP across the hosts of one NVLink domain (GB200/GB300 NVL72: MNNVL; Megatron's
         # MoE README, HybridEP): (n-1)/n of the send buffer over the GPU's NVLink bandwidth,
@@ -164,20 +193,95 @@ def ep_comm_s(cluster, system, batch, ms: MoEShape, hidden: float, ea: float, rc
     return ms.frac * passes * (2.0 * a2a + ag)
 
 
-def moe_activation_delta(model, sh, ms: MoEShape, rc, ea: float) -> np.ndarray:
+#: rows per expert below which the grouped GEMM is far from its peak (a few CTA tiles)
+SMALL_ROWS_PER_EXPERT = 512.0
+
+
+def moe_diagnostics(model, cluster, training, config) -> dict:
+    """One configuration's MoE facts for the diagnosis: the EP (and expert-TP) communication
+    per step (the layer's dispatch/combine all-to-alls times the heaviest stage's layers and
+    the micro-batches), the host stall per step, whether the EP group leaves the NVLink
+    domain, and the rows each local expert's GEMM gets. Empty for a dense model."""
+    if model.moe is None:
+        return {}
+    from costmodel.batch import ConfigBatch
+    from costmodel.compute import ACT_BYTES
+    from costmodel.groups import nccl_system
+    from costmodel.shard import shard_of
+
+    batch = ConfigBatch.from_configs([config])
+    sh = shard_of(model, training, batch, cluster.gpus_per_node)
+    ms = moe_shape(model, training, batch, sh.tokens, sh.tp)
+    ea = float(ACT_BYTES[batch.precision][0])
+    layer = float(ep_comm_s(cluster, nccl_system(cluster), batch, ms, sh.hidden, ea,
+                            batch.recompute, model, training)[0])
+    m = training.global_batch_size / (config.micro_batch_size * config.dp)
+    layers = -(-model.num_layers // config.pp)
+    try:
+        g = group(cluster, Layout(tp=config.tp, cp=config.cp, dp=config.dp, pp=config.pp,
+                                  ep=config.ep, etp=config.etp), "ep")
+        crosses = g.domains > 1
+    except Exception:  # an expert grid the rules reject
+        crosses = False
+    return {"ep_comm_s": layer * layers * m,
+            "host_stall_s": float(moe_host_stall_s(training, ms, batch.recompute)[0])
+            * layers * m,
+            "ep_crosses_domain": bool(crosses and config.ep > 1),
+            "rows_per_expert": float(ms.rows_per_expert[0]),
+            "local_experts": float(ms.local_experts[0])}
+
+
+def moe_host_stall_s(training, ms: MoEShape, rc) -> np.ndarray:
+    """The host stall of one MoE layer per micro-batch (forward and backward, and the
+    recomputed forward with full recompute), averaged over the model's layers.
+
+    The dropless dispatchers size the grouped GEMMs and the receive buffers from the tokens
+    per expert, which the host reads back from the GPU (``alltoall``: ``tokens_per_expert``
+    ``.cpu()`` in ``token_dispatcher.py``; the flex dispatchers' receive counts likewise):
+    the host stops running ahead of the GPU there, and the GPU then waits for the host to
+    launch the rest of the block in eager mode (permutes, the grouped GEMMs' per-expert
+    quantize and GEMM kernels, activation, unpermute). The stall is added to the layer's
+    time: the data's same-layout pairs show it about constant per layer and micro-batch
+    whatever the layer's GPU time (GB200 Qwen3-30B mbs 4: 4.7 ms; B300 mbs 8: 5.5 ms; B200
+    mbs 1 vs the model's GPU time: 6.3 ms), not hidden behind larger layers as a max(host,
+    GPU) would (that form scores the group 20.5% against 18.7%). Token dropping keeps the
+    sync (tokens per expert still vary up to the capacity unless padded to it): the data's
+    token-drop rows on GB200 run as fast as the dropless eager ones (Qwen3-30B 11.5 s in
+    25.09 vs 11.0 s in 25.11). Megatron removes the stall with CUDA graphs over the whole
+    iteration (``--cuda-graph-impl full_iteration``, with the sync-free dispatch it
+    requires): ``TrainingSpec.moe_cuda_graph``.
+
+    :data:`MOE_HOST_STALL_S` is measured on one pair, not fitted to the group:
+    Megatron-Bridge's Qwen3-30B-A3B on 8 GB200, ep 8, mbs 4, hybridep, the same layout in
+    26.04 (CUDA graphs of attention, router and preprocess only: 10.04-10.07 s) and 26.06
+    (full-iteration graphs: 6.40-6.44 s): 3.63 s over 16 micro-batches x 48 MoE layers =
+    4.7 ms."""
+    if training.moe_cuda_graph:
+        return np.zeros(np.shape(rc))
+    passes = (3.0 + np.where(rc == 2, 1.0, 0.0)) / 3.0  # fwd + two backward halves (+ recompute)
+    return ms.frac * MOE_HOST_STALL_S * passes * np.ones(np.shape(ms.ep))
+
+
+def moe_activation_delta(model, sh, ms: MoEShape, rc, ea: float, fp8=False) -> np.ndarray:
     """What a MoE layer stores beyond a dense layer's formula (which the layer keeps for its
-    attention), averaged over the model's layers: minus the dense MLP's 6 s b f / t
-    (gated, 16-bit), plus per routed copy its input (h), fc1 output (2 f_e / etp) and fc2
-    input (f_e / etp) (modern-training.md 2.2, derived), the router's fp32 logits and
-    probabilities, the shared experts' dense-MLP intermediates. Full recompute keeps only the
-    layer input: no change."""
+    attention), averaged over the model's layers: minus the dense MLP's intermediates
+    (:func:`costmodel.memory.layer_activation_bytes`: the activation function's 16-bit input,
+    both halves when gated, and the FC2 input), plus per routed copy its fc1 input (h), fc1
+    output (2 f_e / etp gated, 16-bit: the activation's input) and fc2 input (f_e / etp)
+    (modern-training.md 2.2, derived), the router's fp32 logits and probabilities, the shared
+    experts' dense-MLP intermediates. ``fp8`` (Transformer Engine's grouped linears, as its
+    dense linears): the two GEMM inputs are kept as their fp8 casts, 1 byte instead of 2, as
+    the dense formula counts them. Full recompute keeps only the layer input: no change."""
     m = model.moe
-    g = 3.0 if model.gated_mlp else 2.0
-    dense_mlp = g * sh.tokens * sh.ffn / sh.tp * ea
+    e = ea / 2.0  # the coefficients below are bytes at 16 bits
+    q = np.where(np.asarray(fp8, dtype=bool), 0.5, 1.0)
+    act_in = 4.0 if model.gated_mlp else 2.0
+    mlp = (act_in + 2.0 * q) * e  # bytes per FFN column and token
+    dense_mlp = mlp * sh.tokens * sh.ffn / sh.tp
     copies = ms.routed * ms.etp
-    routed = copies * (sh.hidden + g * ms.width) * ea
+    routed = copies * (2.0 * q * sh.hidden + (act_in + 2.0 * q) * ms.width) * e
     router = 8.0 * ms.tokens * m.num_experts
-    shared = g * sh.tokens * m.shared_ffn_hidden_size / sh.tp * ea
+    shared = mlp * sh.tokens * m.shared_ffn_hidden_size / sh.tp
     delta = ms.frac * (routed + router + shared - dense_mlp)
     return np.where(rc == 2, 0.0, delta)
 
@@ -195,6 +299,6 @@ def expert_param_split(model) -> tuple[float, float]:
     return (model.layers_params - experts) / L, experts / L
 
 
-__all__ = ["DEFAULT_LOAD_IMBALANCE", "GROUPED_GEMM_TILE_M", "MoEShape", "active_layer_gemm_params",
+__all__ = ["DEFAULT_LOAD_IMBALANCE", "GROUPED_GEMM_TILE_M", "MOE_HOST_STALL_S", "SMALL_ROWS_PER_EXPERT", "MoEShape", "active_layer_gemm_params",
            "dispatcher_buffer_bytes", "ep_comm_s", "expert_param_split", "moe_activation_delta",
-           "moe_kernels", "moe_shape"]
+           "moe_diagnostics", "moe_host_stall_s", "moe_kernels", "moe_shape"]

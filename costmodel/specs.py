@@ -739,6 +739,12 @@ class TrainingSpec:
     # MoE: the most loaded EP rank's routed tokens over the mean (None: costmodel.moe's
     # DEFAULT_LOAD_IMBALANCE for real routing; 1.0 for force-balanced benchmarks)
     moe_load_imbalance: float | None = None
+    # MoE: the MoE layers run inside a CUDA graph (Megatron --cuda-graph-impl full_iteration,
+    # or a graph scope holding the whole MoE block): no per-layer host stall at the dispatcher
+    moe_cuda_graph: bool = False
+    # MoE token dispatcher: alltoall (Megatron's default) | flex (DeepEP / HybridEP: a token
+    # crosses to each remote host once, forwarded over NVLink there)
+    moe_dispatcher: str = "alltoall"
 
     def __post_init__(self) -> None:
         if self.moe_load_imbalance is not None:
@@ -747,11 +753,15 @@ class TrainingSpec:
             if self.moe_load_imbalance < 1:
                 raise InputError("training.moe_load_imbalance",
                                  f"must be >= 1 (max over mean), got {self.moe_load_imbalance}")
+        if self.moe_dispatcher not in ("alltoall", "flex"):
+            raise InputError("training.moe_dispatcher",
+                             f"must be alltoall or flex, got {self.moe_dispatcher!r}")
         _set(self, "seq_length", _int("training", "seq_length", self.seq_length))
         _set(self, "global_batch_size",
              _int("training", "global_batch_size", self.global_batch_size))
         for name in ("flash_attention", "overlap_grad_reduce", "dropout", "tp_comm_overlap",
-                     "overlap_p2p_comm", "fp8_param_gather", "grad_reduce_in_bf16"):
+                     "overlap_p2p_comm", "fp8_param_gather", "grad_reduce_in_bf16",
+                     "moe_cuda_graph"):
             _set(self, name, _bool("training", name, getattr(self, name)))
         _set(self, "framework", _choice("training", "framework", self.framework, FRAMEWORKS))
         _set(self, "fp8_recipe", _choice("training", "fp8_recipe", self.fp8_recipe,

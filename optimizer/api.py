@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -94,8 +95,11 @@ def optimize(model: Any, gpus: int | None = None, *, cluster: Any = None,
     stored in the Optuna study ``result.search["study_name"]`` (:func:`_finish_stored`).
     """
     from optimizer import search
+    from optimizer.planning.recipes import api_training_defaults
 
     t0 = time.perf_counter()
+    seq_length, origin = api_training_defaults(model, seq_length, global_batch_size, training,
+                                               memory_limit_gib, memory_fraction)
     problem = resolve_problem(model=model, gpus=gpus, cluster=cluster, gpu=gpu,
                               gpus_per_node=gpus_per_node, seq_length=seq_length,
                               global_batch_size=global_batch_size, training=training,
@@ -106,8 +110,10 @@ def optimize(model: Any, gpus: int | None = None, *, cluster: Any = None,
                          jobs=jobs, batch_size=batch_size, storage=storage,
                          study_name=study_name, progress=progress)
     if storage is None:
-        return finish(problem, outcome, t0, keep_cloud=keep_cloud)
-    return _finish_stored(problem, outcome, t0, storage, study_name, keep_cloud=keep_cloud)
+        return replace(finish(problem, outcome, t0, keep_cloud=keep_cloud),
+                       defaults_from=origin)
+    return _finish_stored(problem, outcome, t0, storage, study_name, keep_cloud=keep_cloud,
+                          defaults_from=origin)
 
 
 def exhaustive_study_name(fingerprint: str, space: Mapping[str, Any]) -> str:
@@ -122,7 +128,8 @@ def exhaustive_study_name(fingerprint: str, space: Mapping[str, Any]) -> str:
 
 
 def _finish_stored(problem: Problem, outcome, t0: float, storage: str,
-                   study_name: str | None, *, keep_cloud: bool = False) -> OptimizeResult:
+                   study_name: str | None, *, keep_cloud: bool = False,
+                   defaults_from: Mapping[str, str] | None = None) -> OptimizeResult:
     """:func:`finish`, and the result document stored in the run's Optuna study (user
     attribute ``result``, :func:`optimizer.storage.save_result`), as a study-file run stores
     it: ``optimize report --storage URL --study-name N`` renders it and a re-run finds the
@@ -131,8 +138,6 @@ def _finish_stored(problem: Problem, outcome, t0: float, storage: str,
     named :func:`exhaustive_study_name` unless ``study_name`` is given, and refused when that
     study holds another problem or another sampler's trials. When nothing fits, the
     least-violating document is stored and InfeasibleError raised, as without a storage."""
-    import dataclasses
-
     from optimizer import storage as st
 
     info = dict(outcome.search_info)
@@ -143,13 +148,14 @@ def _finish_stored(problem: Problem, outcome, t0: float, storage: str,
         if outcome.sampler == "exhaustive":
             name = study_name or exhaustive_study_name(attrs["fingerprint"], info["space"])
             info.update(study_name=name, storage=st.redact(storage))
-            outcome = dataclasses.replace(outcome, search_info=info)
+            outcome = replace(outcome, search_info=info)
             attrs.update(st.library_versions(), sampler="exhaustive", space=info["space"],
                          memory_limit_bytes=problem.memory_limit_bytes)
             check = ("fingerprint", "sampler")
         handle = st.open_study(store, info["study_name"], None, attrs, check_attrs=check)
         try:
-            result = finish(problem, outcome, t0, keep_cloud=keep_cloud)
+            result = replace(finish(problem, outcome, t0, keep_cloud=keep_cloud),
+                             defaults_from=defaults_from)
         except InfeasibleError as e:
             payload = dict(e.payload) if isinstance(e.payload, Mapping) else {}
             st.save_result(handle, payload)

@@ -333,3 +333,120 @@ def test_deepseek_v3_flags_pass_megatrons_parser(tmp_path):
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[256, 8, 8, 1, 58, 1536]"
+
+
+def test_nvl72_segments_keep_ep_groups_inside_a_rack():
+    from optimizer.validation.published import moe_segment_domain
+
+    # 256 GPUs on 4-GPU trays: 4 segments of 16 trays (64 GPUs a rack), not 72-GPU cuts
+    assert moe_segment_domain(72, 256, 4) == 64
+    assert moe_segment_domain(72, 64, 4) == 72  # one rack holds the job
+    assert moe_segment_domain(72, 144, 4) == 72
+    assert moe_segment_domain(None, 256, 8) is None
+
+
+def test_moe_host_stall_unless_cuda_graphed():
+    from dataclasses import replace
+
+    from costmodel.moe import MOE_HOST_STALL_S
+    from optimizer.validation.published import moe_graphed
+
+    assert moe_graphed({"recipe_hint": {"cuda_graph_impl": "full_iteration"}})
+    assert not moe_graphed({"recipe_hint": {"cuda_graph_impl": "transformer_engine",
+                                            "cuda_graph_scope": ["attn", "moe_router"]}})
+    assert not moe_graphed({})
+    p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=64)
+    cols = dict(tp=[1], pp=[1], dp=[8], ep=[8], etp=[1], micro_batch_size=[1], zero_stage=[1])
+    eager = _score(p, **cols)
+    graphed = _score(replace(p, training=replace(p.training, moe_cuda_graph=True)), **cols)
+    frac = p.model.moe_layers / p.model.num_layers
+    stall = eager.layer.host_s[0] - graphed.layer.host_s[0]
+    assert stall == pytest.approx(frac * MOE_HOST_STALL_S)
+
+
+def test_fp8_keeps_routed_gemm_inputs_in_one_byte():
+    import numpy as np
+
+    from costmodel.batch import ConfigBatch
+    from costmodel.moe import moe_activation_delta, moe_shape
+    from costmodel.shard import shard_of
+
+    p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=64)
+    b = ConfigBatch.from_columns(tp=[1], pp=[1], dp=[8], ep=[8], etp=[1], micro_batch_size=[1])
+    sh = shard_of(p.model, p.training, b, 8)
+    ms = moe_shape(p.model, p.training, b, sh.tokens, sh.tp)
+    rc = np.zeros(1, np.int64)
+    bf16 = moe_activation_delta(p.model, sh, ms, rc, 2.0, False)
+    fp8 = moe_activation_delta(p.model, sh, ms, rc, 2.0, True)
+    m = p.model.moe
+    # per routed copy h + f_e bytes fewer (fc1 and fc2 inputs), per token f bytes fewer removed
+    # with the dense MLP's FC2 input
+    want = ms.frac * (ms.routed * (sh.hidden + m.expert_ffn_hidden_size) - sh.tokens * sh.ffn)
+    assert float(bf16[0] - fp8[0]) == pytest.approx(float(want[0]))
+
+
+def test_torchtitan_expert_parallel_degree_and_refusals():
+    from costmodel.specs import ParallelConfig
+    from optimizer.launch.flags import launch_targets, torchtitan_args
+
+    p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=64)
+    c = ParallelConfig(tp=1, pp=1, dp=8, ep=8, etp=1, micro_batch_size=1, zero_stage=3)
+    a = torchtitan_args(p.model, p.cluster, p.training, c)
+    i = a.index("--parallelism.expert_parallel_degree")
+    assert a[i + 1] == "8"  # torchtitan 0.3 ParallelismConfig.expert_parallel_degree
+    t = launch_targets(p.model, c)
+    assert not t["torchtitan"]["supported"]
+    assert any("dense Llama 3" in r for r in t["torchtitan"]["reasons"])
+    assert t["megatron"]["supported"]  # the Megatron flags carry the experts and MLA
+    dense = torchtitan_args(p.model, p.cluster, p.training,
+                            ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=1, zero_stage=3))
+    assert "--parallelism.expert_parallel_degree" not in dense
+
+
+def test_moe_diagnosis_lines():
+    from costmodel.specs import ParallelConfig
+    from optimizer.output.diagnose import _moe
+
+    p = _problem()  # DeepSeek-V3 on 1024 H100
+    # ep 64 spans 8 hosts of 8: leaves the NVLink domain, its all-to-all on the NICs
+    c = ParallelConfig(tp=1, pp=16, dp=64, ep=64, etp=1, micro_batch_size=1, zero_stage=1,
+                       recompute="full")
+    kinds = {f.kind for f in _moe(p, c, 30.0)}
+    assert "moe_ep_cross_domain" in kinds and "moe_a2a" in kinds
+    small = ParallelConfig(tp=1, pp=16, dp=64, ep=1, etp=1, micro_batch_size=1, zero_stage=1,
+                           recompute="full")
+    assert "moe_small_experts" in {f.kind for f in _moe(p, small, 30.0)}
+
+
+def test_moe_rows_without_a_recipe_inherit_the_same_layouts_earlier_hint():
+    from optimizer.validation.published import inherit_moe_recipe_hints
+
+    par = dict(tp=1, pp=1, dp=8, ep=8, micro_batch=4, global_batch=512, precision_norm="mxfp8")
+    hint = {"cuda_graph_impl": "full_iteration"}
+    es = [{"id": "mbridge_26p08_gb200_q_8gpu", "group": "mbridge_perf_moe",
+           "model": {"name": "Q"}, "parallel": dict(par)},
+          {"id": "mbridge_26p06_gb200_q_8gpu", "group": "mbridge_perf_moe",
+           "model": {"name": "Q"}, "parallel": dict(par, recipe_hint=hint)},
+          {"id": "mbridge_26p04_gb200_q_8gpu", "group": "mbridge_perf_moe",
+           "model": {"name": "Q"}, "parallel": dict(par, recipe_hint={"x": 1})}]
+    out = inherit_moe_recipe_hints(es)
+    assert out[0]["parallel"]["recipe_hint"] == hint  # the latest earlier release's
+    assert out[1] is es[1] and out[2] is es[2]
+
+
+def test_flex_dispatcher_sends_a_token_once_per_remote_host():
+    from dataclasses import replace
+
+    from costmodel.moe import _remote_host_share
+
+    # Qwen3-30B (128 experts, top-8) on 2 hosts: ~1 remote host per token vs 4 copies off-host
+    assert _remote_host_share(128, 8, 2) == pytest.approx(0.25, rel=0.01)
+    assert _remote_host_share(128, 8, 1) == 1.0
+    p = _problem(model="qwen3-30b-a3b", gpus=16, seq=4096, gbs=64)
+    cols = dict(tp=[1], pp=[1], dp=[16], ep=[16], etp=[1], micro_batch_size=[1], zero_stage=[1])
+    a2a = _score(p, **cols).layer.tp_comm_s[0]
+    flex = _score(replace(p, training=replace(p.training, moe_dispatcher="flex")),
+                  **cols).layer.tp_comm_s[0]
+    assert 0 < flex < 0.5 * a2a
+    with pytest.raises(InputError):
+        replace(p.training, moe_dispatcher="deepep")

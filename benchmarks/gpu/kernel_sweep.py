@@ -1,12 +1,20 @@
 """Measure GEMM, fused-attention and memory-bound kernel throughput at transformer shapes.
 
-Run on a GPU machine (PyTorch required):  python benchmarks/gpu/kernel_sweep.py OUT.json
-The JSON it writes is committed under costmodel/data/ and used to fit the achieved-efficiency
-parameters of costmodel/calibration.py (benchmarks/fit_kernels.py).
+Run on a machine with the GPU to calibrate (PyTorch with CUDA required; a few minutes):
+
+    python benchmarks/gpu/kernel_sweep.py OUT.json --gpu h100-sxm-80gb [--quick]
+    optimize calibrate --kernels OUT.json --cluster my-cluster.yaml --save-cluster calibrated.yaml
+
+``--gpu`` is the paraplan catalog key of the GPU (``optimize gpus``). The JSON (format
+``paraplan-kernel-sweep/1``, read by ``optimizer/kernel_calibration.py``) holds one record per
+timing: bf16 GEMMs (m, n, k, time_s), fp8 GEMMs, causal SDPA attention (b, heads, s,
+head_dim, fwd_s, fwd_bwd_s) and memory-bound passes. ``optimize calibrate --kernels`` fits the
+cluster's ``eff_gemm_scale`` and ``eff_attention_scale`` from the bf16 GEMM and attention
+records and stores them in the cluster file, the same store as ``optimize calibrate --runs``
+(measured steps) and ``optimize nccl --save-cluster`` (nccl-tests); see docs/calibration.md.
 """
 
 import json
-import sys
 import time
 
 import torch
@@ -114,11 +122,21 @@ def memory_records():
 
 
 def main():
-    path = sys.argv[1]
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out", help="the JSON file to write")
+    ap.add_argument("--gpu", required=True, help="the GPU's paraplan catalog key")
+    ap.add_argument("--quick", action="store_true", help="GEMMs and attention only")
+    a = ap.parse_args()
+    path = a.out
     props = torch.cuda.get_device_properties(0)
-    doc = {"device": props.name, "sm_count": props.multi_processor_count,
+    doc = {"format": "paraplan-kernel-sweep/1", "gpu": a.gpu, "device": props.name,
+           "sm_count": props.multi_processor_count,
            "torch": torch.__version__, "cuda": torch.version.cuda, "records": []}
-    for fn in (gemm_records, gemm_fp8_records, attention_records, memory_records):
+    fns = ((gemm_records, attention_records) if a.quick else
+           (gemm_records, gemm_fp8_records, attention_records, memory_records))
+    for fn in fns:
         t0 = time.time()
         try:
             doc["records"] += fn()

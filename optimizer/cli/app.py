@@ -35,6 +35,10 @@ def dispatch(argv: Sequence[str]) -> int:
             from optimizer.cli import nccl
 
             return nccl.main(rest)
+        if sub == "calibrate":
+            from optimizer.cli import calibrate
+
+            return calibrate.run(rest)
         if sub == "validate":
             from optimizer.cli import validate
 

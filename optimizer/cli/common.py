@@ -9,7 +9,8 @@ import sys
 
 #: ``optimize``'s subcommands (the entry point dispatches on them; the search's help lists
 #: them). Here, not in ``cli.options``, so that dispatching imports no dimension declarations.
-SUBCOMMANDS = ("evaluate", "report", "nccl", "models", "gpus", "clusters", "validate")
+SUBCOMMANDS = ("evaluate", "report", "nccl", "models", "gpus", "clusters", "validate",
+               "calibrate")
 
 
 class Parser(argparse.ArgumentParser):

@@ -20,8 +20,8 @@ def _parser() -> argparse.ArgumentParser:
                 description="Score the published runs of ../shared/validation with the cost "
                             "model and report step-time, ranking and memory errors.")
     p.add_argument("--data", metavar="DIR",
-                   help=f"validation data folder (default: ${ENV_VAR} or "
-                        "<repo>/../shared/validation)")
+                   help=f"validation data folder, e.g. ../shared/validation (default: ${ENV_VAR}, "
+                        "else the copy shipped in the package)")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON document")
     p.add_argument("--check", action="store_true",
                    help="exit 1 when a threshold fails (" + ", ".join(

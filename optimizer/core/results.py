@@ -42,6 +42,7 @@ class OptimizeResult:
     cloud: tuple = ()  # (tokens/s, peak bytes, label) of dominated feasible points, if kept
     try_these: tuple[int, ...] = ()  # the front collapsed by the model's error (epsilon)
     within_error: tuple[int, ...] = ()  # front points indistinguishable from the recommended
+    defaults_from: Mapping[str, str] | None = None  # where the training defaults came from
 
     @property
     def recommended(self) -> Candidate:
@@ -54,6 +55,8 @@ class OptimizeResult:
             "recommended": self.recommended_index,
             "stats": plain(self.stats),
         }
+        if self.defaults_from:
+            doc["inputs"]["defaults_from"] = dict(self.defaults_from)
         if self.try_these:
             doc["try_these"] = list(self.try_these)
             doc["within_error_of_recommended"] = list(self.within_error)

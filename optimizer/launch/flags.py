@@ -527,6 +527,9 @@ def torchtitan_refusal(model: ModelSpec, config: ParallelConfig) -> list[str]:
     if config.dp > 1 and not _fsdp(config) and (config.tp > 1 or config.pp > 1):
         r.append("torchtitan: data_parallel_replicate_degree > 1 without sharding is DDP, which "
                  "torchtitan supports only for 1-D parallelism")
+    from optimizer.launch.moe_flags import torchtitan_moe_refusal
+
+    r += torchtitan_moe_refusal(model, config, config.dp if _fsdp(config) else 1)
     return r
 
 
@@ -556,6 +559,9 @@ def torchtitan_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     ]
     if config.cp > 1:  # torchtitan shards FSDP over dp_shard x cp itself
         a += ["--parallelism.context_parallel_degree", str(config.cp)]
+    from optimizer.launch.moe_flags import torchtitan_moe_args
+
+    a += torchtitan_moe_args(config)
     if _fsdp(config):  # ZeRO-2 keeps parameters gathered between forward and backward
         a += ["--parallelism.fsdp_reshard_after_forward",
               "never" if config.zero_stage == 2 else "always"]
@@ -847,7 +853,7 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
         refusal = megatron_refusal(model)
         if refusal is not None:
             w.append(refusal)
-        w += unexpressed(model)
+        w += unexpressed(model) + definition_gaps(model)
         if not model.causal:
             w.append(f"{model.name} is an encoder: the Megatron-LM arguments are for "
                      "pretrain_bert.py (BERT's pooler, binary head and MLM transform are not "
@@ -892,21 +898,29 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
 
 
 def unexpressed(model: ModelSpec) -> list[str]:
-    """Model features the cost model may score that no target's artefacts express yet (a
-    ModelSpec with Mixture-of-Experts or MLA layers): every target is then not faithful."""
+    """Model features the cost model may score that the Megatron-DeepSpeed artefacts do not
+    express (Mixture-of-Experts or MLA layers; Megatron-LM's flags carry them,
+    :func:`optimizer.launch.moe_flags.megatron_moe_args`, torchtitan's refusal names its own
+    limits)."""
     r = []
     if getattr(model, "moe", None) is not None:
-        r.append(f"{model.name} has Mixture-of-Experts layers: the launch artefacts do not "
-                 "emit expert flags yet and would build a dense model")
+        r.append(f"{model.name} has Mixture-of-Experts layers: the Megatron-DeepSpeed "
+                 "artefacts do not emit expert flags and would build a dense model")
     if getattr(model, "mla", None) is not None:
-        r.append(f"{model.name} uses multi-head latent attention: the launch artefacts do not "
-                 "emit MLA flags yet")
-    norms = getattr(model, "norms_per_layer", None)
-    if norms not in (None, 2):
-        kind = "a parallel block with one input norm" if norms == 1 else "pre and post norms"
-        r.append(f"{model.name} has {norms} norms per layer ({kind}): the launch artefacts "
-                 "build the usual pre-attention and pre-MLP norms")
+        r.append(f"{model.name} uses multi-head latent attention: the Megatron-DeepSpeed "
+                 "artefacts do not emit MLA flags")
     return r
+
+
+def definition_gaps(model: ModelSpec) -> list[str]:
+    """Model-definition features the cost model counts that no target's artefacts build
+    (every target is then not faithful): other than two norms per layer."""
+    norms = getattr(model, "norms_per_layer", None)
+    if norms in (None, 2):
+        return []
+    kind = "a parallel block with one input norm" if norms == 1 else "pre and post norms"
+    return [f"{model.name} has {norms} norms per layer ({kind}): the launch artefacts build "
+            "the usual pre-attention and pre-MLP norms"]
 
 
 def launch_targets(model: ModelSpec, config: ParallelConfig) -> dict[str, Any]:
@@ -914,8 +928,10 @@ def launch_targets(model: ModelSpec, config: ParallelConfig) -> dict[str, Any]:
     scored (``supported``) and, if not, why (``reasons``)."""
     mr = megatron_refusal(model)
     common = unexpressed(model)
-    mr_list = ([] if mr is None else [mr]) + common
-    ds, tt = deepspeed_refusal(config) + common, torchtitan_refusal(model, config) + common
+    gaps = definition_gaps(model)
+    mr_list = ([] if mr is None else [mr]) + gaps
+    ds = deepspeed_refusal(config) + common + gaps
+    tt = torchtitan_refusal(model, config) + gaps
     return {
         "megatron": {"target": MEGATRON_TARGET, "script": megatron_script(model),
                      "supported": not mr_list, "reasons": mr_list},

@@ -53,4 +53,31 @@ def megatron_moe_args(model: ModelSpec, config: ParallelConfig) -> list[str]:
     return a
 
 
-__all__ = ["megatron_moe_args"]
+def torchtitan_moe_args(config: ParallelConfig) -> list[str]:
+    """torchtitan 0.3's expert-parallel degree (``ParallelismConfig.expert_parallel_degree``,
+    ``torchtitan/config/configs.py``; 1 = off). torchtitan 0.3 has no expert-TP degree: its
+    sparse mesh is efsdp x ep over the dense dp_shard x cp x tp ranks."""
+    return ["--parallelism.expert_parallel_degree", str(config.ep)] if config.ep > 1 else []
+
+
+def torchtitan_moe_refusal(model: ModelSpec, config: ParallelConfig, shard: int) -> list[str]:
+    """What torchtitan 0.3 cannot express of a scored MoE layout (``shard``: the
+    data_parallel_shard_degree the launch args write)."""
+    r: list[str] = []
+    if model.moe is None:
+        return r
+    r.append(f"torchtitan: the emitted config builds torchtitan's dense Llama 3 model, not "
+             f"the {model.moe.num_experts}-expert MoE scored (torchtitan 0.3's deepseek_v3 / "
+             "qwen3 / gpt_oss model modules are not generated)")
+    if config.etp > 1:
+        r.append(f"torchtitan: etp={config.etp} has no torchtitan 0.3 field (no expert tensor "
+                 "parallel degree; experts are not TP-split under EP)")
+    dense = shard * config.cp * config.tp
+    if config.ep > 1 and dense % config.ep:
+        r.append(f"torchtitan: expert_parallel_degree {config.ep} must divide "
+                 f"dp_shard x cp x tp = {dense} (torchtitan's mesh: dp_shard*cp*tp == "
+                 "efsdp*ep)")
+    return r
+
+
+__all__ = ["megatron_moe_args", "torchtitan_moe_args", "torchtitan_moe_refusal"]

@@ -333,6 +333,49 @@ def _mfu(problem, c, metrics, ranked) -> list[Finding]:
                     levers)]
 
 
+#: the EP all-to-all share of the step above which the diagnosis names it
+A2A_SHARE = 0.15
+
+
+def _moe(problem, c: ParallelConfig, step: float) -> list[Finding]:
+    """MoE findings: the EP all-to-all's share of the step, an EP group leaving the NVLink
+    domain, too few tokens per expert for efficient grouped GEMMs, the dispatcher's host
+    stall."""
+    model = getattr(problem, "model", None)
+    if getattr(model, "moe", None) is None:
+        return []
+    from costmodel.moe import SMALL_ROWS_PER_EXPERT, moe_diagnostics
+
+    d = moe_diagnostics(model, problem.cluster, problem.training, c)
+    out = []
+    share = d["ep_comm_s"] / step
+    if share > A2A_SHARE:
+        where = ", or EP inside the NVLink domain" if d["ep_crosses_domain"] else ""
+        out.append(Finding("moe_a2a", f"the expert-parallel all-to-all (dispatch + combine) is "
+                                      f"{share:.0%} of the step (ep={c.ep}): a smaller ep"
+                                      f"{where}, or the framework's all-to-all overlap "
+                                      "(--overlap-moe-expert-parallel-comm, not scored)",
+                           ("lower_ep", "a2a_overlap")))
+    if d["ep_crosses_domain"]:
+        out.append(Finding("moe_ep_cross_domain", f"the EP group (ep={c.ep}) crosses the NVLink "
+                                                  "domain: its all-to-all runs on the NICs",
+                           ("ep_in_domain",)))
+    if d["rows_per_expert"] < SMALL_ROWS_PER_EXPERT:
+        out.append(Finding("moe_small_experts", f"{d['rows_per_expert']:.0f} tokens per expert "
+                                                f"and micro-batch ({d['local_experts']:.0f} "
+                                                "local experts): too few for efficient grouped "
+                                                "GEMMs; a larger ep or micro-batch",
+                           ("higher_ep", "larger_micro_batch")))
+    stall = d["host_stall_s"] / step
+    if stall > A2A_SHARE:
+        out.append(Finding("moe_host_stall", f"the dropless dispatcher's host stall is "
+                                             f"{stall:.0%} of the step: CUDA graphs over the "
+                                             "MoE layers (--cuda-graph-impl full_iteration) or "
+                                             "a larger micro-batch", ("cuda_graphs",
+                                                                      "larger_micro_batch")))
+    return out
+
+
 def diagnose(problem, config: ParallelConfig, metrics: Mapping[str, Any]) -> list[Finding]:
     """Findings for one configuration, most important first."""
     c = config
@@ -375,9 +418,6 @@ def diagnose(problem, config: ParallelConfig, metrics: Mapping[str, Any]) -> lis
                                    + "CUDA graphs (not searched)",
                            ("larger_micro_batch", "cuda_graphs") if more_mb
                            else ("cuda_graphs",)))
-    if (getattr(getattr(problem, "model", None), "num_experts", 0) or 0) > 1:
-        out.append(Finding("moe", "mixture of experts: expert-parallel placement decides the "
-                                  "all-to-all cost (paraplan cannot search EP yet)",
-                           ("ep_placement",)))
+    out.extend(_moe(problem, c, step))
     out.extend(_mfu(problem, c, metrics, ranked))
     return out

@@ -25,10 +25,10 @@ from typing import Any
 
 __all__ = ["KINDS", "SchemaError", "detect_kind", "load_schema", "schema_for", "validate_document"]
 
-KINDS: tuple[str, ...] = ("front", "infeasible", "evaluate", "nccl", "plan")
+KINDS: tuple[str, ...] = ("front", "infeasible", "evaluate", "nccl", "plan", "calibrate")
 SCHEMA_FILE = "schema.json"
 _DISTINCT_KEY = {"plan": "plan", "pareto_front": "front", "error": "infeasible", "chosen": "nccl",
-                 "config": "evaluate"}
+                 "config": "evaluate", "efficiency_calibration": "calibrate"}
 
 
 class SchemaError(ValueError):

@@ -45,3 +45,39 @@ def recipe_seq_length(model: Any) -> tuple[int, str] | None:
     if name.startswith("gpt-") or name.startswith("gpt3-"):  # the Megatron GPT sizes
         return 2048, _SC21
     return None
+
+
+def api_training_defaults(model: Any, seq_length: int | None, global_batch_size: int | None,
+                          training: Any, memory_limit_gib: float | None,
+                          memory_fraction: float | None) -> tuple[int | None, dict[str, str]]:
+    """For :func:`optimizer.api.optimize`: the sequence length to use (the model's recipe
+    when neither ``seq_length`` nor ``training`` sets one) and where each default came from
+    (``inputs.defaults_from`` of the document, as the CLI writes it)."""
+    from collections.abc import Mapping
+
+    def given(key: str) -> bool:
+        if isinstance(training, Mapping):
+            return training.get(key) is not None
+        return training is not None  # a TrainingSpec: every field is the caller's
+
+    origin: dict[str, str] = {}
+    seq = seq_length
+    if seq is not None:
+        origin["seq_length"] = "seq_length argument"
+    elif given("seq_length"):
+        origin["seq_length"] = "training argument"
+    else:
+        rec = recipe_seq_length(model)
+        if rec is not None:
+            seq, origin["seq_length"] = rec[0], f"recipe: {rec[1]}"
+        else:
+            origin["seq_length"] = "paraplan default (2048)"
+    origin["global_batch_size"] = (
+        "global_batch_size argument" if global_batch_size is not None else
+        "training argument" if given("global_batch_size") else "paraplan default (1024)")
+    if memory_limit_gib is not None:
+        origin["memory_limit"] = "memory_limit_gib argument"
+    else:
+        fraction = 0.9 if memory_fraction is None else memory_fraction
+        origin["memory_limit"] = f"memory_fraction {fraction:g} x HBM"
+    return seq, origin

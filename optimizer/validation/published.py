@@ -13,7 +13,8 @@ Table 5 (end-to-end iteration times, each within 5 %), Korthikanti Table 4 (one 
 forward + backward time) and the NCCL AllReduce bus bandwidths. ``--check`` exits 1 when a
 threshold of :data:`THRESHOLDS` fails (a little looser than issue 3's targets).
 
-Data: ``--data DIR``, else ``$PARAPLAN_VALIDATION_DIR``, else ``<repo>/../shared/validation``.
+Data: ``--data DIR``, else ``$PARAPLAN_VALIDATION_DIR``, else the copy of ``../shared/validation``
+shipped in the package (``optimizer/validation/data``).
 
 Mapping (``../shared/validation/README.md``, followed exactly)
 ---------------------------------------------------------------
@@ -202,9 +203,9 @@ class SkipEntry(Exception):
 # Data location and loading
 # =============================================================================================
 def default_data_dir() -> Path:
-    """``<repo root>/../shared/validation`` (repo root = parent of the optimizer package;
-    this file is ``<repo root>/optimizer/validation/published.py``)."""
-    return Path(__file__).resolve().parents[3] / "shared" / "validation"
+    """The copy shipped inside the package (``optimizer/validation/data``, package data: see
+    its README), so ``optimize validate`` works after ``pip install``."""
+    return Path(__file__).resolve().parent / "data"
 
 
 def resolve_data_dir(data: str | os.PathLike | None = None) -> Path:
@@ -831,7 +832,47 @@ def moe_block(model: Mapping[str, Any]) -> dict[str, Any] | None:
                else "softmax")
     if shared and fs:
         out.update(shared_experts=shared, shared_ffn_hidden_size=fs)
+    if str(model.get("moe_token_dropping", "")).lower().startswith("token-drop"):
+        # the tables' token-drop variant: Megatron-Bridge's capacity factor 1.0, padded to
+        # capacity (static expert shapes)
+        out["capacity_factor"] = 1.0
     return out
+
+
+def moe_segment_domain(domain: int | None, world: int, gpus_per_node: int) -> int | None:
+    """The NVLink domain a MoE job's expert-parallel groups see on NVL72 racks. Megatron-Bridge
+    places a job with Slurm's ``--segment`` (hardware.intra_node: "slurm --segment up to 18
+    nodes"): whole segments of ``s`` hosts in one rack, ``s`` dividing the job's hosts. A
+    256-GPU job on 4-GPU trays runs as 4 segments of 16 trays, 64 GPUs a rack, so its
+    64-rank EP groups sit inside one rack; the cost model's contiguous 72-GPU domains would
+    cut them. The domain is the largest whole number of hosts, at most the rack, whose GPUs
+    divide the world (the world itself when it fits in one rack)."""
+    if not domain or world <= domain:
+        return domain
+    for hosts in range(domain // gpus_per_node, 0, -1):
+        if world % (hosts * gpus_per_node) == 0:
+            return hosts * gpus_per_node
+    return domain
+
+
+def moe_graphed(par: Mapping[str, Any]) -> bool:
+    """Whether a MoE entry's recipe runs its MoE layers inside CUDA graphs
+    (``recipe_hint.cuda_graph_impl: full_iteration``, or a graph scope naming the whole MoE
+    block, ``moe``): no host stall at the dispatcher (:func:`costmodel.moe.moe_host_stall_s`).
+    Scopes of the router and preprocess only leave the dispatch and the experts eager."""
+    hint = par.get("recipe_hint") if isinstance(par.get("recipe_hint"), Mapping) else {}
+    if str(hint.get("cuda_graph_impl", "")).lower() == "full_iteration":
+        return True
+    scope = hint.get("cuda_graph_scope") or []
+    scope = [scope] if isinstance(scope, str) else list(scope)
+    return any(str(x).lower() == "moe" for x in scope)
+
+
+def moe_dispatcher_of(par: Mapping[str, Any]) -> str:
+    """``flex`` where the recipe names a flex dispatcher backend (``recipe_hint``
+    ``moe_flex_dispatcher_backend``: deepep / hybridep), else Megatron's ``alltoall``."""
+    hint = par.get("recipe_hint") if isinstance(par.get("recipe_hint"), Mapping) else {}
+    return "flex" if hint.get("moe_flex_dispatcher_backend") else "alltoall"
 
 
 def mla_block(model: Mapping[str, Any]) -> MLASpec | None:
@@ -990,6 +1031,8 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
         gpu = gpu_key(hardware["gpu"], hardware.get("gpu_memory_gb"))
     gpn = _leading_int(hardware.get("gpus_per_node"), 8)
     domain = _as_int(hardware.get("nvlink_domain_gpus"))
+    if moe is not None:
+        domain = moe_segment_domain(domain, world, gpn)
     cluster = build_cluster(gpu, world, gpn, hardware.get("inter_node"), nvlink_domain=domain)
 
     # layout
@@ -1037,7 +1080,10 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             fp8_param_gather=gathers_in_fp8(group, par),
                             grad_reduce_in_bf16=reduces_in_bf16(group, par, flags),
                             # NVIDIA's MoE benchmarks force-balance the routing (README)
-                            moe_load_imbalance=1.0 if moe is not None and nemo else None)
+                            moe_load_imbalance=1.0 if moe is not None and nemo else None,
+                            moe_cuda_graph=moe is not None and moe_graphed(par),
+                            moe_dispatcher=moe_dispatcher_of(par) if moe is not None
+                            else "alltoall")
 
     step, src = measured_step_time(measured, derived, training.tokens_per_step, world,
                                    include_derived=include_derived, global_batch=gbs)
@@ -1091,9 +1137,50 @@ class Collected:
     n_entries: int = 0
 
 
+def _release_key(eid: str) -> tuple:
+    m = re.match(r"mbridge_(\d+)p(\d+)(?:p(\d+))?_(.*)$", eid)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0), m.group(4)) if m else ()
+
+
+def inherit_moe_recipe_hints(entries: Sequence[Mapping[str, Any]]) -> list:
+    """A Megatron-Bridge MoE row without a ``recipe_hint`` (no layout-matching preset was
+    found for its release: the 26.08 rows) takes the hint of the same system, model,
+    precision and layout in the latest earlier release that has one; the measured step times
+    agree (26.08 vs 26.06 on GB200: Qwen3-30B 6.56 / 6.44 s, DeepSeek-V3 13.34 / 13.19 s,
+    GPT-OSS-120B 2.86 / 2.83 s), so the launch recipe (CUDA graphs, dispatcher) is taken to
+    be the same. Other entries pass unchanged."""
+    def layout(e):
+        p = e.get("parallel") or {}
+        return (str((e.get("model") or {}).get("name")), str(p.get("precision_norm")),
+                tuple(str(p.get(k)) for k in ("tp", "pp", "dp", "cp", "ep", "vpp",
+                                               "micro_batch", "global_batch")))
+    hinted = {}
+    for e in entries:
+        if not isinstance(e, Mapping) or e.get("group") != "mbridge_perf_moe":
+            continue
+        p = e.get("parallel") or {}
+        k = _release_key(str(e.get("id", "")))
+        if isinstance(p.get("recipe_hint"), Mapping) and k:
+            key = (k[3], layout(e))
+            if key not in hinted or hinted[key][0] < k[:3]:
+                hinted[key] = (k[:3], p["recipe_hint"])
+    out = []
+    for e in entries:
+        k = _release_key(str(e.get("id", ""))) if isinstance(e, Mapping) else ()
+        p = (e.get("parallel") or {}) if isinstance(e, Mapping) else {}
+        if k and e.get("group") == "mbridge_perf_moe" and isinstance(p, Mapping) \
+                and not p.get("recipe_hint"):
+            src = hinted.get((k[3], layout(e)))
+            if src is not None and src[0] < k[:3]:
+                e = {**e, "parallel": {**p, "recipe_hint": src[1]}}
+        out.append(e)
+    return out
+
+
 def collect_runs(entries: Iterable[Mapping[str, Any]], vtrain_rows: Iterable[Mapping[str, Any]]
                  = (), *, include_derived: bool = False) -> Collected:
     out = Collected()
+    entries = inherit_moe_recipe_hints(list(entries))
     for e in entries:
         out.n_entries += 1
         if not isinstance(e, Mapping):
