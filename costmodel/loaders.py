@@ -418,6 +418,31 @@ _GPT2_KEYS: Mapping[str, tuple[str, ...]] = {  # GPT2Config.attribute_map names 
     "vocab_size": ("vocab_size",),
     "max_position_embeddings": ("n_positions", "max_position_embeddings"),
 }
+_FALCON_KEYS: Mapping[str, tuple[str, ...]] = {
+    "num_layers": ("num_hidden_layers", "n_layer"),
+    "hidden_size": ("hidden_size",),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "ffn_hidden_size": ("ffn_hidden_size",),  # None -> 4 h
+    "vocab_size": ("vocab_size",),
+    "max_position_embeddings": ("max_position_embeddings",),
+}
+_OPT_KEYS: Mapping[str, tuple[str, ...]] = {**_LLAMA_KEYS, "ffn_hidden_size": ("ffn_dim",)}
+_BLOOM_KEYS: Mapping[str, tuple[str, ...]] = {  # BloomConfig.attribute_map names as fallback
+    "num_layers": ("n_layer", "num_hidden_layers"),
+    "hidden_size": ("hidden_size", "n_embed"),
+    "num_attention_heads": ("n_head", "num_attention_heads"),
+    "vocab_size": ("vocab_size",),
+}
+_MPT_KEYS: Mapping[str, tuple[str, ...]] = {
+    "num_layers": ("n_layers", "num_hidden_layers"),
+    "hidden_size": ("d_model", "hidden_size"),
+    "num_attention_heads": ("n_heads", "num_attention_heads"),
+    "vocab_size": ("vocab_size",),
+    "max_position_embeddings": ("max_seq_len", "max_position_embeddings"),
+}
+#: Families whose FFN width is a multiple of h when the config gives none (n_inner None,
+#: ffn_hidden_size None, BLOOM's fixed 4 h, MPT's expansion_ratio).
+_FFN_MULTIPLE = {"gpt2": 4, "gptj": 4, "falcon": 4, "bloom": 4, "mpt": 4}
 _ROPE_GATED = _HFFamily(_LLAMA_KEYS, tied=False, gated=True, norm="rmsnorm", learned_pos=False,
                         bias=None)
 # Class defaults from transformers' configuration_<model_type>.py (tie_word_embeddings: False
@@ -448,7 +473,30 @@ _HF_FAMILIES: dict[str, _HFFamily] = {
                           learned_pos=False, bias=True),
     "bert": _HFFamily(_LLAMA_KEYS, tied=True, gated=False, norm="layernorm", learned_pos=True,
                       bias=True),
+    # issue 24: families that name their fields otherwise (transformers' configuration_*.py
+    # and modeling_*.py; counts checked on the meta device, tests/clients)
+    "gemma3_text": _HFFamily(_LLAMA_KEYS, tied=True, gated=True, norm="rmsnorm",
+                             learned_pos=False, bias=False),  # GeGLU (gelu_pytorch_tanh)
+    "falcon": _HFFamily(_FALCON_KEYS, tied=True, gated=False, norm="layernorm",
+                        learned_pos=False, bias=None),  # bias: the config's "bias"
+    "opt": _HFFamily(_OPT_KEYS, tied=True, gated=False, norm="layernorm", learned_pos=True,
+                     bias=None),  # bias: enable_bias
+    "gptj": _HFFamily(_GPT2_KEYS, tied=False, gated=False, norm="layernorm", learned_pos=False,
+                      bias=False),  # fc_in/fc_out and lm_head biases (< 0.01 %) not counted
+    "bloom": _HFFamily(_BLOOM_KEYS, tied=True, gated=False, norm="layernorm",
+                       learned_pos=False, bias=True),  # ALiBi
+    "mpt": _HFFamily(_MPT_KEYS, tied=True, gated=False, norm="layernorm", learned_pos=False,
+                     bias=None),  # bias: not no_bias; positions: ALiBi or learned
+    "phi": _HFFamily(_LLAMA_KEYS, tied=False, gated=False, norm="layernorm",
+                     learned_pos=False, bias=True),  # lm_head bias not counted
+    "starcoder2": _HFFamily(_LLAMA_KEYS, tied=True, gated=False, norm="layernorm",
+                            learned_pos=False, bias=None),  # bias: use_bias
 }
+#: Norms per layer where it is not 2 (pre-attention, pre-MLP): parallel blocks with one input
+#: norm, Gemma 2/3's pre and post norms around attention and MLP.
+_NORMS_PER_LAYER = {"gptj": 1, "phi": 1, "gemma2": 4, "gemma3_text": 4}
+_EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "layernorm_epsilon",
+             "norm_epsilon", "norm_eps")
 # Unknown model_type: Llama-style names, gating from the activation, the norm from the *_eps
 # key, biases from attention_bias/mlp_bias, and PretrainedConfig's tie_word_embeddings=True.
 _HF_GENERIC = _HFFamily(_LLAMA_KEYS, tied=True, gated=None, norm=None, learned_pos=False,
@@ -518,19 +566,25 @@ def _model_from_hf(data: dict[str, Any], *, default_name: str, field: str) -> Mo
                 values[spec_key] = data[n]
                 hf_name[spec_key] = n
                 break
-    if fam is _HF_FAMILIES["gpt2"] and "ffn_hidden_size" not in values \
+    if model_type in _FFN_MULTIPLE and "ffn_hidden_size" not in values \
             and "hidden_size" in values:
-        h = values["hidden_size"]  # n_inner None -> 4 * n_embd
-        ok = isinstance(h, int) and not isinstance(h, bool)
-        # A bad n_embd is reported by ModelSpec (hidden_size is validated before ffn).
-        values["ffn_hidden_size"] = 4 * h if ok else h
+        h = values["hidden_size"]  # n_inner / ffn_hidden_size None -> 4 h
+        mult = data.get("expansion_ratio", 4) if model_type == "mpt" else 4
+        ok = isinstance(h, int) and not isinstance(h, bool) and isinstance(mult, int)
+        # A bad width is reported by ModelSpec (hidden_size is validated before ffn).
+        values["ffn_hidden_size"] = mult * h if ok else h
+        hf_name["ffn_hidden_size"] = "expansion_ratio" if model_type == "mpt" else \
+            hf_name.get("ffn_hidden_size", "hidden_size")
     for spec_key in _MODEL_REQUIRED:
         if spec_key not in values:
             hint = "a Hugging Face config.json of a decoder model"
             if isinstance(data.get("text_config"), Mapping):
                 hint = "this looks like a multimodal config: pass its text_config section"
+            what = (f"a {model_type} config" if model_type in _HF_FAMILIES
+                    else "Hugging Face config")
             raise InputError(f"{field}.{hf_name[spec_key]}",
-                             "missing required field in Hugging Face config", hint)
+                             f"missing required field in {what} (paraplan reads "
+                             f"{' or '.join(fam.keys.get(spec_key, (spec_key,)))})", hint)
 
     act = str(data.get("hidden_act") or data.get("hidden_activation")
               or data.get("activation_function") or "").lower()
@@ -544,10 +598,19 @@ def _model_from_hf(data: dict[str, Any], *, default_name: str, field: str) -> Mo
         norm = "layernorm"
     else:
         norm = "rmsnorm"
-    if fam.bias is None:
-        bias = bool(data.get("attention_bias") or data.get("mlp_bias"))
-    else:
+    if fam.bias is not None:
         bias = fam.bias
+    elif model_type == "falcon":
+        bias = bool(data.get("bias", False))
+    elif model_type == "opt":
+        bias = bool(data.get("enable_bias", True))
+    elif model_type == "mpt":
+        bias = not data.get("no_bias", True)
+    elif model_type == "starcoder2":
+        bias = bool(data.get("use_bias", True))
+    else:
+        bias = bool(data.get("attention_bias") or data.get("mlp_bias"))
+    definition = _hf_definition(data, model_type, fam, values, field)
     name = data.get("_name_or_path") or data.get("name_or_path") or default_name
     source = f"Hugging Face config.json (model_type {model_type or 'unknown'!r})"
     try:
@@ -557,10 +620,11 @@ def _model_from_hf(data: dict[str, Any], *, default_name: str, field: str) -> Mo
             # llama4's dense layers use intermediate_size_mlp, its experts intermediate_size
             values["ffn_hidden_size"] = data.get("intermediate_size_mlp",
                                                  values.get("ffn_hidden_size"))
+        kw = dict(learned_position_embeddings=fam.learned_pos, linear_bias=bias, **extra)
+        kw.update(definition)
         return ModelSpec(name=str(name), gated_mlp=gated, tied_embeddings=tied,
-                         learned_position_embeddings=fam.learned_pos, linear_bias=bias,
                          normalization=norm, causal=not encoder, source=source, moe=moe,
-                         mla=mla, **extra, **values)
+                         mla=mla, **kw, **values)
     except InputError as e:
         spec_key = e.field.split(".", 1)[1] if "." in e.field else ""
         extra = {"tied_embeddings": "tie_word_embeddings"}
@@ -568,6 +632,85 @@ def _model_from_hf(data: dict[str, Any], *, default_name: str, field: str) -> Mo
         if hf:
             raise InputError(f"{field}.{hf}", e.message, e.hint) from None
         raise _refield(e, "model", field) from None
+
+
+def _hf_rope(data: Mapping[str, Any]) -> tuple[Any, Any]:
+    """(rope_theta, llama3 scaling factor) from ``rope_theta``/``rope_scaling`` (config.json
+    before transformers 5) or ``rope_parameters`` (transformers 5; Gemma 3 per attention
+    type: the full-attention layers' base)."""
+    params = data.get("rope_parameters")
+    params = params if isinstance(params, Mapping) else {}
+    if isinstance(params.get("full_attention"), Mapping):
+        params = params["full_attention"]
+    theta = data.get("rope_theta", params.get("rope_theta"))
+    scaling = data.get("rope_scaling")
+    scaling = scaling if isinstance(scaling, Mapping) else params
+    kind = scaling.get("rope_type", scaling.get("type"))
+    factor = scaling.get("factor") if kind == "llama3" else None
+    return theta, factor
+
+
+def _hf_definition(data: Mapping[str, Any], model_type: str, fam: _HFFamily,
+                   values: dict[str, Any], field: str) -> dict[str, Any]:
+    """The ModelSpec definition fields (position kind, rotary base and scaling, epsilon, q/k/v
+    biases, q/k norms, norms per layer) and the families' own head and position rules."""
+    out: dict[str, Any] = {}
+    learned = fam.learned_pos
+    if model_type == "falcon":
+        a = values.get("num_attention_heads")
+        if data.get("new_decoder_architecture"):
+            values["num_kv_heads"] = data.get("num_kv_heads", a)
+            n_ln = data.get("num_ln_in_parallel_attn")
+            out["norms_per_layer"] = 2 if n_ln is None else n_ln
+        else:
+            values["num_kv_heads"] = 1 if data.get("multi_query", True) else a
+            out["norms_per_layer"] = 1 if data.get("parallel_attn", True) else 2
+        position = "alibi" if data.get("alibi") else "rope"
+    elif model_type == "opt":
+        wd = data.get("word_embed_proj_dim")
+        if wd is not None and wd != values.get("hidden_size"):
+            raise InputError(f"{field}.word_embed_proj_dim",
+                             f"opt: word_embed_proj_dim={wd} != hidden_size="
+                             f"{values.get('hidden_size')} (OPT-350m's project_in/out) is not "
+                             "mapped", "an OPT config whose embeddings are hidden_size wide")
+        position = "learned"
+    elif model_type == "bloom":
+        position = "alibi"
+    elif model_type == "mpt":
+        attn = data.get("attn_config")
+        attn = attn if isinstance(attn, Mapping) else {}
+        if attn.get("alibi", True):
+            position = "alibi"
+        else:
+            learned = bool(data.get("learned_pos_emb", True))
+            position = "learned" if learned else ("rope" if attn.get("rope") else "none")
+        kv = attn.get("kv_n_heads")
+        if attn.get("attn_type") in ("grouped_query_attention", "multiquery_attention"):
+            values["num_kv_heads"] = 1 if attn["attn_type"] == "multiquery_attention" else kv
+    elif learned:
+        position = "learned"
+    else:
+        position = "rope"
+    out["learned_position_embeddings"] = learned
+    out["position_embedding"] = position
+    if position == "rope":
+        theta, factor = _hf_rope(data)
+        if theta is None and model_type == "gptj":
+            theta = 10000.0  # GPT-J's rotary base is fixed in its modeling code
+        if theta is not None:
+            out["rope_theta"] = theta
+        if factor is not None:
+            out["rope_scaling_factor"] = factor
+    eps = next((data[k] for k in _EPS_KEYS if data.get(k) is not None), None)
+    if eps is not None:
+        out["norm_eps"] = eps
+    if model_type in ("qwen2", "qwen2_moe"):
+        out["qkv_bias"] = True  # q/k/v biases, no other linear bias (Qwen2Attention)
+    if model_type == "gemma3_text":
+        out["qk_norm"] = True
+    if model_type in _NORMS_PER_LAYER:
+        out["norms_per_layer"] = _NORMS_PER_LAYER[model_type]
+    return out
 
 
 def _hf_int(data: Mapping[str, Any], field: str, *names: str) -> tuple[str, Any]:

@@ -319,6 +319,10 @@ class MLASpec:
 
 
 # --------------------------------------------------------------------------------------------
+#: Position encodings a model may use (ModelSpec.position_embedding).
+POSITIONS: tuple[str, ...] = ("rope", "learned", "alibi", "none")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A dense decoder-only (or encoder) transformer's shape (contract.md section 2)."""
@@ -343,6 +347,16 @@ class ModelSpec:
     mla: MLASpec | None = None  # multi-head latent attention (None: MHA/GQA)
     qk_norm: bool | None = None  # RMSNorm on each q and k head (Qwen3): 2 d_h; None: unknown
     attention_sinks: bool = False  # a learned logit per head (GPT-OSS): a per layer
+    # Model-definition facts (read from a Hugging Face config.json; None: not known). The
+    # launch flags use them so the framework trains the model that was scored
+    # (optimizer.launch.model_facts); the ones that change a parameter count are counted.
+    position_embedding: str | None = None  # rope | learned | alibi | none
+    rope_theta: float | None = None  # the rotary base (HF rope_theta)
+    rope_scaling_factor: float | None = None  # Llama 3.1's "llama3" rope scaling factor
+    norm_eps: float | None = None  # the normalisation epsilon
+    qkv_bias: bool | None = None  # q/k/v biases without the other linear ones (Qwen2): (a+2g)d_h
+    norms_per_layer: int | None = None  # None: 2; 1 for parallel blocks (GPT-J, Falcon-7B,
+    #                                     Phi), 4 for Gemma 2/3's sandwich norms
 
     def __post_init__(self) -> None:
         s = "model"
@@ -374,9 +388,22 @@ class ModelSpec:
                  _int(s, "max_position_embeddings", self.max_position_embeddings))
         _set(self, "normalization", _choice(s, "normalization", self.normalization,
                                             ("rmsnorm", "layernorm")))
-        for name in ("qk_norm", "attention_sinks"):
+        for name in ("qk_norm", "attention_sinks", "qkv_bias"):
             if getattr(self, name) is not None:
                 _set(self, name, _bool(s, name, getattr(self, name)))
+        if self.position_embedding is not None:
+            _set(self, "position_embedding", _choice(s, "position_embedding",
+                                                     self.position_embedding, POSITIONS))
+            if (self.position_embedding == "learned") != self.learned_position_embeddings:
+                raise InputError("model.position_embedding",
+                                 f"{self.position_embedding!r} contradicts "
+                                 f"learned_position_embeddings={self.learned_position_embeddings}",
+                                 "learned positions <=> position_embedding: learned")
+        for name in ("rope_theta", "rope_scaling_factor", "norm_eps"):
+            if getattr(self, name) is not None:
+                _set(self, name, _pos(s, name, getattr(self, name)))
+        if self.norms_per_layer is not None:
+            _set(self, "norms_per_layer", _int(s, "norms_per_layer", self.norms_per_layer))
         if self.moe is not None:
             if not isinstance(self.moe, MoESpec):
                 raise InputError("model.moe", "must be a MoE mapping")
@@ -397,6 +424,8 @@ class ModelSpec:
         p = 2 * h * d * (a + g)
         if self.linear_bias:
             p += a * d + 2 * g * d + h
+        elif self.qkv_bias:
+            p += a * d + 2 * g * d
         if self.qk_norm:
             p += 2 * d
         if self.attention_sinks:
@@ -413,7 +442,8 @@ class ModelSpec:
 
     @property
     def norm_params_per_layer(self) -> int:
-        return 2 * self.hidden_size * (2 if self.normalization == "layernorm" else 1)
+        n = 2 if self.norms_per_layer is None else self.norms_per_layer
+        return n * self.hidden_size * (2 if self.normalization == "layernorm" else 1)
 
     @property
     def params_per_layer(self) -> int:

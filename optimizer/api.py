@@ -37,8 +37,8 @@ from optimizer.core.results import (
 )
 
 __all__ = ["GIB", "SAFETY_MARGIN", "SCHEMA_VERSION", "Candidate", "EvaluateResult",
-           "OptimizeResult", "Problem", "candidates_from", "document_head", "evaluate", "finish",
-           "optimize", "plan", "recommend", "resolve_problem", "tool_version"]
+           "OptimizeResult", "Problem", "candidates_from", "document_head", "evaluate",
+           "exhaustive_study_name", "finish", "optimize", "plan", "recommend", "resolve_problem", "tool_version"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,7 +104,8 @@ def optimize(model: Any, gpus: int | None = None, *, cluster: Any = None,
     ``tp_comm_overlap``, ``flash_attention``, ...); ``seq_length`` / ``global_batch_size``
     override the mapping's. ``keep_cloud``: the result also keeps a sample of the dominated
     feasible configurations (``result.cloud``, the document's ``dominated``) for the HTML
-    report.
+    report. ``storage``: the run's trials (Optuna samplers) and its result document are
+    stored in the Optuna study ``result.search["study_name"]`` (:func:`_finish_stored`).
     """
     from optimizer import search
     from optimizer.planning.recipes import api_training_defaults
@@ -121,7 +122,59 @@ def optimize(model: Any, gpus: int | None = None, *, cluster: Any = None,
     outcome = search.run(problem, space=space, sampler=sampler, trials=trials, seed=seed,
                          jobs=jobs, batch_size=batch_size, storage=storage,
                          study_name=study_name, progress=progress)
-    return replace(finish(problem, outcome, t0, keep_cloud=keep_cloud), defaults_from=origin)
+    if storage is None:
+        return replace(finish(problem, outcome, t0, keep_cloud=keep_cloud),
+                       defaults_from=origin)
+    return _finish_stored(problem, outcome, t0, storage, study_name, keep_cloud=keep_cloud,
+                          defaults_from=origin)
+
+
+def exhaustive_study_name(fingerprint: str, space: Mapping[str, Any]) -> str:
+    """The study name of an exhaustive ``--storage`` run without ``--study-name``: the same for
+    the same problem and space (the Optuna samplers' names add the sampler and seed,
+    :func:`optimizer.search.optuna_engine.default_study_name`)."""
+    import hashlib
+    import json
+
+    space_fp = hashlib.sha256(json.dumps(space, sort_keys=True, default=str).encode())
+    return f"paraplan-{fingerprint.split(':')[-1][:12]}-{space_fp.hexdigest()[:8]}-exhaustive"
+
+
+def _finish_stored(problem: Problem, outcome, t0: float, storage: str,
+                   study_name: str | None, *, keep_cloud: bool = False,
+                   defaults_from: Mapping[str, str] | None = None) -> OptimizeResult:
+    """:func:`finish`, and the result document stored in the run's Optuna study (user
+    attribute ``result``, :func:`optimizer.storage.save_result`), as a study-file run stores
+    it: ``optimize report --storage URL --study-name N`` renders it and a re-run finds the
+    study. An Optuna sampler's study already holds the trials; an exhaustive run gets a study
+    with no trials (like an exhaustive study file: 400,000 configurations are no trials),
+    named :func:`exhaustive_study_name` unless ``study_name`` is given, and refused when that
+    study holds another problem or another sampler's trials. When nothing fits, the
+    least-violating document is stored and InfeasibleError raised, as without a storage."""
+    from optimizer import storage as st
+
+    info = dict(outcome.search_info)
+    with st.storage_errors(storage):
+        store = st.open_storage(storage)
+        attrs: dict[str, Any] = {"fingerprint": problem.fingerprint()}
+        check: tuple[str, ...] = ("fingerprint",)
+        if outcome.sampler == "exhaustive":
+            name = study_name or exhaustive_study_name(attrs["fingerprint"], info["space"])
+            info.update(study_name=name, storage=st.redact(storage))
+            outcome = replace(outcome, search_info=info)
+            attrs.update(st.library_versions(), sampler="exhaustive", space=info["space"],
+                         memory_limit_bytes=problem.memory_limit_bytes)
+            check = ("fingerprint", "sampler")
+        handle = st.open_study(store, info["study_name"], None, attrs, check_attrs=check)
+        try:
+            result = replace(finish(problem, outcome, t0, keep_cloud=keep_cloud),
+                             defaults_from=defaults_from)
+        except InfeasibleError as e:
+            payload = dict(e.payload) if isinstance(e.payload, Mapping) else {}
+            st.save_result(handle, payload)
+            raise InfeasibleError(str(e), payload=payload) from None
+        st.save_result(handle, result.to_dict())
+    return result
 
 
 CLOUD_MAX = 1500  # dominated points kept for the HTML report's cloud

@@ -53,8 +53,8 @@ def cli_run(args: argparse.Namespace) -> int:
 
 
 def cli_report(argv: Sequence[str]) -> int:
-    """``optimize report --study FILE | --from DOC.json [--json] [--plot PNG] [--html FILE]
-    [--storage URL --study-name N]``."""
+    """``optimize report --study FILE | --from DOC.json | --storage URL [--json] [--plot PNG]
+    [--html FILE] [--storage URL --study-name N]``."""
     p = Parser(prog="optimize report",
                 description="Render a study's stored Pareto front from its storage alone "
                             "(nothing is recomputed), or a document written by "
@@ -68,15 +68,28 @@ def cli_report(argv: Sequence[str]) -> int:
                    help="write a self-contained HTML report (front, breakdowns, diagnosis, "
                         "plan); the dominated cloud only when the document carries it "
                         "(documents made with `optimize ... --html`)")
-    p.add_argument("--storage", help="read this Optuna storage instead of the file's")
-    p.add_argument("--study-name", help="read this study instead of the file's study_name")
+    p.add_argument("--storage", help="read this Optuna storage instead of the file's; "
+                   "without --study: the result an `optimize --model ... --storage URL` run "
+                   "stored")
+    p.add_argument("--study-name", help="read this study instead of the file's study_name "
+                   "(without --study: needed when the storage holds several results)")
     p.add_argument("--allow-external-storage", action="store_true",
                    help="accept a study file whose storage lies outside its folder")
     args = p.parse_args(list(argv))
-    if bool(args.study) == bool(args.from_doc):
-        raise InputError("--study", "give exactly one of --study FILE and --from DOC.json",
+    adhoc = bool(args.storage) and not args.study and not args.from_doc
+    if not adhoc and bool(args.study) == bool(args.from_doc):
+        raise InputError("--study", "give exactly one of --study FILE, --from DOC.json and "
+                         "--storage URL [--study-name N]",
                          "e.g. optimize report --from front.json --html report.html")
-    if args.from_doc:
+    if args.storage and args.from_doc:
+        raise InputError("--storage", "cannot be combined with --from DOC.json")
+    if adhoc:  # the result an `optimize --model ... --storage URL` run stored
+        from optimizer.storage import storage_errors
+        from optimizer.studies import report_stored
+
+        with storage_errors(args.storage):
+            doc = report_stored(args.storage, args.study_name)
+    elif args.from_doc:
         doc = _load_document(args.from_doc)
     else:
         study = load_study_file(args.study,

@@ -9,9 +9,12 @@ from typing import Any
 
 from costmodel.specs import ClusterSpec, GPUSpec, ModelSpec
 
-#: ModelSpec fields added with MoE/MLA, written only when set: a dense model's document and
+#: ModelSpec fields added with MoE/MLA and the definition facts, written only when set: a dense model's document and
 #: fingerprint stay what they were
-_OPTIONAL_MODEL_FIELDS = {"moe": None, "mla": None, "qk_norm": None, "attention_sinks": False}
+_OPTIONAL_MODEL_FIELDS = {"moe": None, "mla": None, "qk_norm": None, "attention_sinks": False,
+                          "position_embedding": None, "rope_theta": None,
+                          "rope_scaling_factor": None, "norm_eps": None, "qkv_bias": None,
+                          "norms_per_layer": None}
 
 
 def model_to_dict(model: ModelSpec) -> dict[str, Any]:

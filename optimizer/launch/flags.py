@@ -853,7 +853,7 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
         refusal = megatron_refusal(model)
         if refusal is not None:
             w.append(refusal)
-        w += unexpressed(model)
+        w += unexpressed(model) + definition_gaps(model)
         if not model.causal:
             w.append(f"{model.name} is an encoder: the Megatron-LM arguments are for "
                      "pretrain_bert.py (BERT's pooler, binary head and MLM transform are not "
@@ -912,13 +912,26 @@ def unexpressed(model: ModelSpec) -> list[str]:
     return r
 
 
+def definition_gaps(model: ModelSpec) -> list[str]:
+    """Model-definition features the cost model counts that no target's artefacts build
+    (every target is then not faithful): other than two norms per layer."""
+    norms = getattr(model, "norms_per_layer", None)
+    if norms in (None, 2):
+        return []
+    kind = "a parallel block with one input norm" if norms == 1 else "pre and post norms"
+    return [f"{model.name} has {norms} norms per layer ({kind}): the launch artefacts build "
+            "the usual pre-attention and pre-MLP norms"]
+
+
 def launch_targets(model: ModelSpec, config: ParallelConfig) -> dict[str, Any]:
     """Per framework target: its name and version, whether its artefacts train what was
     scored (``supported``) and, if not, why (``reasons``)."""
     mr = megatron_refusal(model)
     common = unexpressed(model)
-    mr_list = [] if mr is None else [mr]
-    ds, tt = deepspeed_refusal(config) + common, torchtitan_refusal(model, config)
+    gaps = definition_gaps(model)
+    mr_list = ([] if mr is None else [mr]) + gaps
+    ds = deepspeed_refusal(config) + common + gaps
+    tt = torchtitan_refusal(model, config) + gaps
     return {
         "megatron": {"target": MEGATRON_TARGET, "script": megatron_script(model),
                      "supported": not mr_list, "reasons": mr_list},

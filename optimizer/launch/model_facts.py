@@ -104,9 +104,14 @@ def _from_spec_fields(model: ModelSpec, facts: ModelFacts) -> ModelFacts:
         v = getattr(model, attr, None)
         if isinstance(v, bool):
             kw[attr] = v
-    if kw:
-        kw.setdefault("exact", True)
-    return replace(facts, **kw) if kw else facts
+    if not kw:
+        return facts
+    out = replace(facts, **kw)
+    # exact only when the spec itself names what the flags need: the position kind, the
+    # epsilon, and the rotary base for RoPE (a partial spec keeps the defaults' warning)
+    known = ("position" in kw and "norm_eps" in kw
+             and (out.position != "rope" or "rope_base" in kw))
+    return replace(out, exact=True, source="the model's own configuration") if known else out
 
 
 def model_facts(model: ModelSpec) -> ModelFacts:

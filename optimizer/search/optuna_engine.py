@@ -546,7 +546,7 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
                 if not np.isfinite(peak):
                     study.tell(trial, state=TrialState.PRUNED)
                     continue
-                trial.set_constraint(CONSTRAINT_KEY, (peak - limit) / limit)
+                st.set_constraint(trial, CONSTRAINT_KEY, (peak - limit) / limit)
                 study.tell(trial, [tps, peak])
             except UpdateFinishedTrialError:
                 pass  # another process failed it (it thought the owner dead): not counted

@@ -25,8 +25,10 @@ from optimizer.storage.backends import (
 )
 from optimizer.storage.study import (
     COUNTED_ATTR,
+    DASHBOARD_CONSTRAINTS_ATTR,
     DIRECTIONS,
     METRIC_NAMES,
+    RESULT_ATTR,
     WORKER_ATTR,
     count_finished,
     fail_dead_trials,
@@ -38,13 +40,15 @@ from optimizer.storage.study import (
     open_study,
     record_heartbeat,
     save_result,
+    set_constraint,
 )
 from optimizer.storage.workers import begin_run, end_run, worker_id
 
 __all__ = [
-    "COUNTED_ATTR", "DIRECTIONS", "GRACE_PERIOD_S", "HEARTBEAT_INTERVAL_S", "METRIC_NAMES", "WORKER_ATTR",
+    "COUNTED_ATTR", "DASHBOARD_CONSTRAINTS_ATTR", "DIRECTIONS", "GRACE_PERIOD_S",
+    "HEARTBEAT_INTERVAL_S", "METRIC_NAMES", "RESULT_ATTR", "WORKER_ATTR",
     "begin_run", "count_finished", "end_run", "fail_dead_trials", "fail_trials",
     "finished_states", "is_counted", "library_versions", "load_result", "open_storage", "open_study",
     "quiet_optuna", "record_heartbeat", "redact", "repair_journal", "save_result",
-    "storage_errors", "storage_kind", "worker_id",
+    "set_constraint", "storage_errors", "storage_kind", "worker_id",
 ]

@@ -126,6 +126,24 @@ def count_finished(study) -> int:
                                                         states=finished_states()))
 
 
+#: The trial system attribute optuna-dashboard 0.21 reads a trial's constraints from
+#: (``serialize_frozen_trial``: ``system_attrs.get("constraints", [])``, a list, Optuna's form
+#: before 5.0). Optuna 5's ``Trial.set_constraint`` stores ``constraints:NAME`` instead, which
+#: the dashboard never reads: it would draw every over-limit trial as feasible.
+DASHBOARD_CONSTRAINTS_ATTR = "constraints"
+
+
+def set_constraint(trial, key: str, value: float) -> None:
+    """Set a trial's constraint (feasible iff ``value <= 0``) in both forms: Optuna 5's
+    ``constraints:KEY`` (``Trial.set_constraint``, what Optuna's samplers and ``best_trials``
+    read) and the list ``constraints`` that optuna-dashboard 0.21 reads. Optuna 5 reads the
+    list too, as constraint ``"0"``, so ``FrozenTrial.constraints`` holds the value under
+    both names; feasibility is the same under either reader. Call it before ``tell``."""
+    trial.set_constraint(key, value)
+    trial.storage.set_trial_system_attr(trial._trial_id, DASHBOARD_CONSTRAINTS_ATTR,
+                                        [float(value)])
+
+
 # ---------------------------------------------------------------------------------------------
 # dead trials
 def fail_trials(study, trials: Iterable) -> int:

@@ -12,10 +12,11 @@ from optimizer.studies.study_file import (
     STUDY_SCHEMA_VERSION,
     StudyFile,
     load_study_file,
+    report_stored,
     report_study,
     resolve_storage,
     run_study,
 )
 
 __all__ = ["NOT_RUN_MESSAGE", "STUDY_SCHEMA_VERSION", "StudyFile", "load_study_file",
-           "report_study", "resolve_storage", "run_study"]
+           "report_stored", "report_study", "resolve_storage", "run_study"]

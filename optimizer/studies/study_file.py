@@ -595,6 +595,35 @@ def report_study(study: StudyFile, *, storage_override: str | None = None,
     return _raise_if_infeasible(doc)
 
 
+def report_stored(storage_spec: str, study_name: str | None = None) -> dict[str, Any]:
+    """The result document an ad-hoc ``optimize --model ... --storage URL`` run stored
+    (:func:`optimizer.api.optimize`), from storage alone: study ``study_name``, or, when no
+    name is given, the one study of the storage that holds a result (InputError naming the
+    candidates when there are several). Nothing is recomputed or written."""
+    import optuna
+
+    from optimizer.storage import RESULT_ATTR, load_result, open_storage
+
+    hint = "run optimize --model ... --gpus ... --storage URL first"
+    if _missing_local_storage(storage_spec):
+        raise InputError("--storage", f"storage {storage_spec} does not exist", hint)
+    storage = open_storage(storage_spec, read_only=True)
+    if study_name is None:
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage, False)
+                 if RESULT_ATTR in s.user_attrs]
+        if len(names) != 1:
+            listed = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+            raise InputError("--study-name", f"{_redact(storage_spec)} holds "
+                             f"{len(names)} studies with a result{': ' + listed if names else ''}",
+                             "name one with --study-name" if names else hint)
+        study_name = names[0]
+    doc = load_result(storage, study_name)
+    if doc is None:
+        raise InputError("--study-name", f"no result stored for study {study_name!r} in "
+                         f"{_redact(storage_spec)}", hint)
+    return _raise_if_infeasible(doc)
+
+
 def _missing_local_storage(spec: str) -> bool:
     if "://" not in spec:
         return not Path(spec).exists()
