@@ -470,8 +470,12 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
         finished = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) and st.is_counted(t)
                        for t in everything)
         running = sum(t.state == TrialState.RUNNING for t in everything)
+        # every worker polishes around the whole study's front, not its own share of it:
+        # add the configurations other workers scored (from the cache after the first time)
+        scored.add(problem, enc.valid, _others_rows(everything, enc, scored, rows_of))
         bar.update(min(finished, trials), scored.feasible(limit))
         if finished >= trials:
+            _settle(study, kind, problem, enc, scored, rows_of)
             return
         # at most batch_size trials in flight in the whole study, whatever the number of
         # workers: 8 workers asking a batch each at once would claim a 200-trial budget in
@@ -494,6 +498,8 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
 
         # 1. ask k trials from the seeded sampler, in order, and decode them
         batch: list[tuple[Any, int]] = []
+        seen = len(everything)  # trials numbered below this were in `everything`
+        withdrawn = False
         beat = time.monotonic()
         for _ in range(k):
             with warnings.catch_warnings():  # "Heartbeat ... supposed to be used with optimize"
@@ -510,6 +516,15 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
                 if shared:
                     st.record_heartbeat(study, trial)
                     trial.set_user_attr(st.WORKER_ATTR, me)
+                    if not _admitted(study, trial, batch, trials, batch_size, seen):
+                        # other workers asked first: past the in-flight cap or the budget.
+                        # Withdrawn before it proposes anything (no params, not counted,
+                        # not FAIL), and this batch ends here
+                        trial.set_user_attr(st.COUNTED_ATTR, False)
+                        trial.set_user_attr("origin", "withdrawn")
+                        study.tell(trial, state=TrialState.PRUNED)
+                        withdrawn = True
+                        break
                 batch.append((trial, enc.walk(choose)))
                 if shared and time.monotonic() - beat > st.HEARTBEAT_INTERVAL_S / 2:
                     beat = _beat(study, batch)  # asking a batch can outlast the grace period
@@ -518,6 +533,10 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
                 # (storage.fail_dead_trials: untagged RUNNING trials are a killed run's at
                 # start-up): FAIL, not counted; the next round asks again
                 continue
+
+        if withdrawn and not batch:  # the cap is full: wait for the others, as for k <= 0
+            time.sleep(POLL_S)
+            continue
 
         # 2. duplicates, and (concurrent workers) trials beyond the budget: not counted
         counted, extra = _claim(study, enc, batch, rows_of)
@@ -550,6 +569,70 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
                 study.tell(trial, [tps, peak])
             except UpdateFinishedTrialError:
                 pass  # another process failed it (it thought the owner dead): not counted
+
+
+def _admitted(study, trial, batch: list[tuple[Any, int]], trials: int, batch_size: int,
+              seen: int) -> bool:
+    """Whether a trial just asked may propose a configuration: the counted trials numbered
+    below it (Optuna numbers trials under a lock, so they all exist now) leave room both in
+    the budget (fewer than ``trials``) and in flight (fewer than ``batch_size`` RUNNING).
+
+    ``k = batch_size - running`` read before asking is racy: 8 workers starting together
+    each read 0 and asked a whole batch, and the 200 lowest-numbered of those blind start-up
+    proposals held the GPT-3 study's budget (recommendation 0.97-0.99x one process). The
+    trial number is a ticket: the lowest unfinished one is always admitted, so the search
+    progresses, and the admitted trials never exceed the cap or the budget. When nobody
+    else asked since ``seen`` (a lone worker), the answer is known without reading."""
+    from optuna.trial import TrialState
+
+    n = trial.number
+    if n == seen + len(batch):  # every trial below n is one we knew of or our own
+        return True
+    inflight = budget = 0
+    for t in study.get_trials(deepcopy=False):
+        if t.number >= n or t.state == TrialState.FAIL or not st.is_counted(t):
+            continue
+        budget += 1  # a WAITING (enqueued) trial below n holds its place, as in _within_budget
+        inflight += t.state == TrialState.RUNNING
+    return inflight < batch_size and budget < trials
+
+
+def _others_rows(everything, enc: Encoding, scored: _Scored, rows_of: dict[int, int | None]
+                 ) -> list[int]:
+    """The configurations of the study's COMPLETE trials that ``scored`` lacks (other
+    workers' results), decoding each finished trial once (``rows_of`` caches it)."""
+    from optuna.trial import TrialState
+
+    out = []
+    for t in everything:
+        if t.state != TrialState.COMPLETE:
+            continue
+        if t.number not in rows_of:
+            rows_of[t.number] = enc.decode(t.params)
+        row = rows_of[t.number]
+        if row is not None and row not in scored.position:
+            out.append(row)
+    return list(dict.fromkeys(out))
+
+
+def _settle(study, kind: str, problem, enc: Encoding, scored: _Scored,
+            rows_of: dict[int, int | None]) -> None:
+    """Once the budget is held: wait for the trials other workers still have in flight
+    (over-budget or duplicate asks, told uncounted within a batch's scoring time), failing
+    those of dead workers, so that every worker's front is that of the whole study and the
+    first worker to finish does not recommend from a part of it."""
+    from optuna.trial import TrialState
+
+    if kind == "memory":
+        return
+    deadline = time.monotonic() + st.GRACE_PERIOD_S
+    while time.monotonic() < deadline:
+        if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            break
+        time.sleep(POLL_S)
+        st.fail_dead_trials(study, kind, at_startup=False)
+    scored.add(problem, enc.valid,
+               _others_rows(study.get_trials(deepcopy=False), enc, scored, rows_of))
 
 
 def _beat(study, batch: list[tuple[Any, int]]) -> float:

@@ -137,3 +137,26 @@ def test_zombie_worker_counts_as_dead():
 
     assert workers.process_alive(socket.gethostname(), child.pid, "") is False
     child.wait()
+
+
+def test_a_trial_past_the_in_flight_cap_or_budget_is_not_admitted():
+    """The trial number is a ticket (optuna_engine._admitted): trials numbered below it that
+    are RUNNING fill the in-flight cap, and all counted ones below it fill the budget; a lone
+    worker (no trial asked by anyone else) is admitted without reading the study."""
+    import optuna
+
+    from optimizer import storage as st
+    from optimizer.search.optuna_engine import _admitted
+
+    st.quiet_optuna()
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    others = [study.ask() for _ in range(3)]  # another worker's batch, in flight
+    mine = study.ask()
+    assert not _admitted(study, mine, [], trials=10, batch_size=3, seen=0)
+    assert _admitted(study, mine, [], trials=10, batch_size=4, seen=0)
+    assert not _admitted(study, mine, [], trials=3, batch_size=8, seen=0)
+    withdrawn = others[0]
+    withdrawn.set_user_attr(st.COUNTED_ATTR, False)
+    study.tell(withdrawn, state=optuna.trial.TrialState.PRUNED)  # uncounted: frees its place
+    assert _admitted(study, mine, [], trials=3, batch_size=3, seen=0)
+    assert _admitted(study, mine, [], trials=1, batch_size=1, seen=3)  # nobody else asked
