@@ -457,14 +457,31 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
     proposing known configurations), the next batch is seeded with unscored configurations
     drawn at random (deterministically) so the search always progresses.
     """
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.trial import TrialState
-
-    shared = kind != "memory"
     polish_from = trials - int(round(polish * trials))
     rows_of: dict[int, int | None] = {}  # trial number -> configuration (finished trials)
     first = True
     stale = 0
+    heart = _Heartbeat(study) if kind == "rdb" else None
+    try:
+        _rounds(study, enc, problem, scored, kind=kind, trials=trials, batch_size=batch_size,
+                limit=limit, me=me, bar=bar, polish_from=polish_from, reseed=reseed,
+                fill_seed=fill_seed, rows_of=rows_of, first=first, stale=stale, heart=heart)
+    finally:
+        if heart is not None:
+            heart.stop()
+
+
+def _rounds(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: int,
+            batch_size: int, limit: float, me: str, bar: _Progress, polish_from: int,
+            reseed: Callable[[int], None], fill_seed: Callable[[], int],
+            rows_of: dict[int, int | None], first: bool, stale: int,
+            heart: _Heartbeat | None) -> None:
+    """The rounds of :func:`_loop` (ask, claim, score, tell), with ``heart`` beating for
+    the trials in flight."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    shared = kind != "memory"
     while True:
         everything = study.get_trials(deepcopy=False)
         finished = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) and st.is_counted(t)
@@ -505,6 +522,8 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
             with warnings.catch_warnings():  # "Heartbeat ... supposed to be used with optimize"
                 warnings.simplefilter("ignore", UserWarning)
                 trial = study.ask()
+            if heart is not None:
+                heart.add(trial)
             if first:
                 reseed(trial.number)
                 first = False
@@ -535,6 +554,8 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
                 continue
 
         if withdrawn and not batch:  # the cap is full: wait for the others, as for k <= 0
+            if heart is not None:
+                heart.clear()
             time.sleep(POLL_S)
             continue
 
@@ -569,6 +590,8 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
                 study.tell(trial, [tps, peak])
             except UpdateFinishedTrialError:
                 pass  # another process failed it (it thought the owner dead): not counted
+        if heart is not None:
+            heart.clear()
 
 
 def _admitted(study, trial, batch: list[tuple[Any, int]], trials: int, batch_size: int,
@@ -625,7 +648,7 @@ def _settle(study, kind: str, problem, enc: Encoding, scored: _Scored,
 
     if kind == "memory":
         return
-    deadline = time.monotonic() + st.GRACE_PERIOD_S
+    deadline = time.monotonic() + st.OWNER_UNSEEN_S
     while time.monotonic() < deadline:
         if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             break
@@ -633,6 +656,46 @@ def _settle(study, kind: str, problem, enc: Encoding, scored: _Scored,
         st.fail_dead_trials(study, kind, at_startup=False)
     scored.add(problem, enc.valid,
                _others_rows(study.get_trials(deepcopy=False), enc, scored, rows_of))
+
+
+class _Heartbeat:
+    """A thread that records a heartbeat for this worker's trials in flight every half
+    heartbeat interval (RDB storages), whatever the worker is doing: asking and scoring a
+    batch on loaded cores outlasted a 20 s grace period, so the grace period was 60 s and a
+    worker killed on another host stalled the others that long. Beating from a thread keeps
+    live trials fresh under load, so the grace period is 15 s."""
+
+    def __init__(self, study) -> None:
+        import threading
+
+        self._study = study
+        self._trials: list[Any] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="paraplan-heartbeat",
+                                        daemon=True)
+        self._thread.start()
+
+    def add(self, trial) -> None:
+        with self._lock:
+            self._trials.append(trial)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._trials = []
+
+    def _run(self) -> None:
+        while not self._stop.wait(st.HEARTBEAT_INTERVAL_S / 2):
+            with self._lock:
+                trials = list(self._trials)
+            try:
+                _beat(self._study, [(t, 0) for t in trials])
+            except Exception:  # a lost connection: the worker's own calls will report it
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 def _beat(study, batch: list[tuple[Any, int]]) -> float:
