@@ -23,7 +23,10 @@ Budget. The search ends when the study holds ``min(trials, valid configurations)
 finished (COMPLETE + PRUNED) trials, counting trials from a previous (killed) run and from
 other workers sharing the study: before each batch a worker asks at most
 ``min(batch_size, trials - finished) - running``, so the whole study never has more than
-``batch_size`` trials in flight and N workers adapt like one process with that batch. A trial naming a configuration that a lower-numbered trial
+``batch_size`` trials in flight and N workers adapt like one process with that batch. That
+count is read before asking and races, so each trial just asked is checked by its number
+(:func:`_admitted`): past the in-flight cap or the budget it is withdrawn before proposing
+anything (PRUNED, no parameters, ``counted: false``) and the worker waits. A trial naming a configuration that a lower-numbered trial
 already claimed (a duplicate), or one whose predecessors (by trial number, which Optuna
 assigns in creation order under a lock) already hold the whole budget, is still scored (from
 the cache) and told, tagged ``counted: false`` (:data:`optimizer.storage.COUNTED_ATTR`): it
