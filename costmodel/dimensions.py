@@ -282,7 +282,16 @@ def joint_order(param: OptunaParam, space_values: Sequence[Sequence[Any]]) -> li
 # --------------------------------------------------------------------------------------------
 # Problem-dependent default search values (search_spaces.default_space)
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of ``n`` (>= 1) in increasing order, in O(sqrt n) steps."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 #: micro_batch_size candidates, kept up to the global batch size.

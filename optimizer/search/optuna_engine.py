@@ -23,7 +23,10 @@ Budget. The search ends when the study holds ``min(trials, valid configurations)
 finished (COMPLETE + PRUNED) trials, counting trials from a previous (killed) run and from
 other workers sharing the study: before each batch a worker asks at most
 ``min(batch_size, trials - finished) - running``, so the whole study never has more than
-``batch_size`` trials in flight and N workers adapt like one process with that batch. A trial naming a configuration that a lower-numbered trial
+``batch_size`` trials in flight and N workers adapt like one process with that batch. That
+count is read before asking and races, so each trial just asked is checked by its number
+(:func:`_admitted`): past the in-flight cap or the budget it is withdrawn before proposing
+anything (PRUNED, no parameters, ``counted: false``) and the worker waits. A trial naming a configuration that a lower-numbered trial
 already claimed (a duplicate), or one whose predecessors (by trial number, which Optuna
 assigns in creation order under a lock) already hold the whole budget, is still scored (from
 the cache) and told, tagged ``counted: false`` (:data:`optimizer.storage.COUNTED_ATTR`): it
@@ -457,21 +460,42 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
     proposing known configurations), the next batch is seeded with unscored configurations
     drawn at random (deterministically) so the search always progresses.
     """
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.trial import TrialState
-
-    shared = kind != "memory"
     polish_from = trials - int(round(polish * trials))
     rows_of: dict[int, int | None] = {}  # trial number -> configuration (finished trials)
     first = True
     stale = 0
+    heart = _Heartbeat(study) if kind == "rdb" else None
+    try:
+        _rounds(study, enc, problem, scored, kind=kind, trials=trials, batch_size=batch_size,
+                limit=limit, me=me, bar=bar, polish_from=polish_from, reseed=reseed,
+                fill_seed=fill_seed, rows_of=rows_of, first=first, stale=stale, heart=heart)
+    finally:
+        if heart is not None:
+            heart.stop()
+
+
+def _rounds(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: int,
+            batch_size: int, limit: float, me: str, bar: _Progress, polish_from: int,
+            reseed: Callable[[int], None], fill_seed: Callable[[], int],
+            rows_of: dict[int, int | None], first: bool, stale: int,
+            heart: _Heartbeat | None) -> None:
+    """The rounds of :func:`_loop` (ask, claim, score, tell), with ``heart`` beating for
+    the trials in flight."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    shared = kind != "memory"
     while True:
         everything = study.get_trials(deepcopy=False)
         finished = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) and st.is_counted(t)
                        for t in everything)
         running = sum(t.state == TrialState.RUNNING for t in everything)
+        # every worker polishes around the whole study's front, not its own share of it:
+        # add the configurations other workers scored (from the cache after the first time)
+        scored.add(problem, enc.valid, _others_rows(everything, enc, scored, rows_of))
         bar.update(min(finished, trials), scored.feasible(limit))
         if finished >= trials:
+            _settle(study, kind, problem, enc, scored, rows_of)
             return
         # at most batch_size trials in flight in the whole study, whatever the number of
         # workers: 8 workers asking a batch each at once would claim a 200-trial budget in
@@ -494,11 +518,15 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
 
         # 1. ask k trials from the seeded sampler, in order, and decode them
         batch: list[tuple[Any, int]] = []
+        seen = len(everything)  # trials numbered below this were in `everything`
+        withdrawn = False
         beat = time.monotonic()
         for _ in range(k):
             with warnings.catch_warnings():  # "Heartbeat ... supposed to be used with optimize"
                 warnings.simplefilter("ignore", UserWarning)
                 trial = study.ask()
+            if heart is not None:
+                heart.add(trial)
             if first:
                 reseed(trial.number)
                 first = False
@@ -510,6 +538,15 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
                 if shared:
                     st.record_heartbeat(study, trial)
                     trial.set_user_attr(st.WORKER_ATTR, me)
+                    if not _admitted(study, trial, batch, trials, batch_size, seen):
+                        # other workers asked first: past the in-flight cap or the budget.
+                        # Withdrawn before it proposes anything (no params, not counted,
+                        # not FAIL), and this batch ends here
+                        trial.set_user_attr(st.COUNTED_ATTR, False)
+                        trial.set_user_attr("origin", "withdrawn")
+                        study.tell(trial, state=TrialState.PRUNED)
+                        withdrawn = True
+                        break
                 batch.append((trial, enc.walk(choose)))
                 if shared and time.monotonic() - beat > st.HEARTBEAT_INTERVAL_S / 2:
                     beat = _beat(study, batch)  # asking a batch can outlast the grace period
@@ -518,6 +555,12 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
                 # (storage.fail_dead_trials: untagged RUNNING trials are a killed run's at
                 # start-up): FAIL, not counted; the next round asks again
                 continue
+
+        if withdrawn and not batch:  # the cap is full: wait for the others, as for k <= 0
+            if heart is not None:
+                heart.clear()
+            time.sleep(POLL_S)
+            continue
 
         # 2. duplicates, and (concurrent workers) trials beyond the budget: not counted
         counted, extra = _claim(study, enc, batch, rows_of)
@@ -550,6 +593,112 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
                 study.tell(trial, [tps, peak])
             except UpdateFinishedTrialError:
                 pass  # another process failed it (it thought the owner dead): not counted
+        if heart is not None:
+            heart.clear()
+
+
+def _admitted(study, trial, batch: list[tuple[Any, int]], trials: int, batch_size: int,
+              seen: int) -> bool:
+    """Whether a trial just asked may propose a configuration: the counted trials numbered
+    below it (Optuna numbers trials under a lock, so they all exist now) leave room both in
+    the budget (fewer than ``trials``) and in flight (fewer than ``batch_size`` RUNNING).
+
+    ``k = batch_size - running`` read before asking is racy: 8 workers starting together
+    each read 0 and asked a whole batch, and the 200 lowest-numbered of those blind start-up
+    proposals held the GPT-3 study's budget (recommendation 0.97-0.99x one process). The
+    trial number is a ticket: the lowest unfinished one is always admitted, so the search
+    progresses, and the admitted trials never exceed the cap or the budget. When nobody
+    else asked since ``seen`` (a lone worker), the answer is known without reading."""
+    from optuna.trial import TrialState
+
+    n = trial.number
+    if n == seen + len(batch):  # every trial below n is one we knew of or our own
+        return True
+    inflight = budget = 0
+    for t in study.get_trials(deepcopy=False):
+        if t.number >= n or t.state == TrialState.FAIL or not st.is_counted(t):
+            continue
+        budget += 1  # a WAITING (enqueued) trial below n holds its place, as in _within_budget
+        inflight += t.state == TrialState.RUNNING
+    return inflight < batch_size and budget < trials
+
+
+def _others_rows(everything, enc: Encoding, scored: _Scored, rows_of: dict[int, int | None]
+                 ) -> list[int]:
+    """The configurations of the study's COMPLETE trials that ``scored`` lacks (other
+    workers' results), decoding each finished trial once (``rows_of`` caches it)."""
+    from optuna.trial import TrialState
+
+    out = []
+    for t in everything:
+        if t.state != TrialState.COMPLETE:
+            continue
+        if t.number not in rows_of:
+            rows_of[t.number] = enc.decode(t.params)
+        row = rows_of[t.number]
+        if row is not None and row not in scored.position:
+            out.append(row)
+    return list(dict.fromkeys(out))
+
+
+def _settle(study, kind: str, problem, enc: Encoding, scored: _Scored,
+            rows_of: dict[int, int | None]) -> None:
+    """Once the budget is held: wait for the trials other workers still have in flight
+    (over-budget or duplicate asks, told uncounted within a batch's scoring time), failing
+    those of dead workers, so that every worker's front is that of the whole study and the
+    first worker to finish does not recommend from a part of it."""
+    from optuna.trial import TrialState
+
+    if kind == "memory":
+        return
+    deadline = time.monotonic() + st.OWNER_UNSEEN_S
+    while time.monotonic() < deadline:
+        if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            break
+        time.sleep(POLL_S)
+        st.fail_dead_trials(study, kind, at_startup=False)
+    scored.add(problem, enc.valid,
+               _others_rows(study.get_trials(deepcopy=False), enc, scored, rows_of))
+
+
+class _Heartbeat:
+    """A thread that records a heartbeat for this worker's trials in flight every half
+    heartbeat interval (RDB storages), whatever the worker is doing: asking and scoring a
+    batch on loaded cores outlasted a 20 s grace period, so the grace period was 60 s and a
+    worker killed on another host stalled the others that long. Beating from a thread keeps
+    live trials fresh under load, so the grace period is 15 s."""
+
+    def __init__(self, study) -> None:
+        import threading
+
+        self._study = study
+        self._trials: list[Any] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="paraplan-heartbeat",
+                                        daemon=True)
+        self._thread.start()
+
+    def add(self, trial) -> None:
+        with self._lock:
+            self._trials.append(trial)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._trials = []
+
+    def _run(self) -> None:
+        while not self._stop.wait(st.HEARTBEAT_INTERVAL_S / 2):
+            with self._lock:
+                trials = list(self._trials)
+            try:
+                _beat(self._study, [(t, 0) for t in trials])
+            except Exception:  # a lost connection: the worker's own calls will report it
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 def _beat(study, batch: list[tuple[Any, int]]) -> float:

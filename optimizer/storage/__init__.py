@@ -16,6 +16,7 @@ from __future__ import annotations
 from optimizer.storage.backends import (
     GRACE_PERIOD_S,
     HEARTBEAT_INTERVAL_S,
+    OWNER_UNSEEN_S,
     open_storage,
     quiet_optuna,
     redact,
@@ -46,7 +47,7 @@ from optimizer.storage.workers import begin_run, end_run, worker_id
 
 __all__ = [
     "COUNTED_ATTR", "DASHBOARD_CONSTRAINTS_ATTR", "DIRECTIONS", "GRACE_PERIOD_S",
-    "HEARTBEAT_INTERVAL_S", "METRIC_NAMES", "RESULT_ATTR", "WORKER_ATTR",
+    "HEARTBEAT_INTERVAL_S", "METRIC_NAMES", "OWNER_UNSEEN_S", "RESULT_ATTR", "WORKER_ATTR",
     "begin_run", "count_finished", "end_run", "fail_dead_trials", "fail_trials",
     "finished_states", "is_counted", "library_versions", "load_result", "open_storage", "open_study",
     "quiet_optuna", "record_heartbeat", "redact", "repair_journal", "save_result",

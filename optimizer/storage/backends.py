@@ -5,7 +5,7 @@
 - ``None``: :class:`optuna.storages.InMemoryStorage` (one process, nothing persisted);
 - ``sqlite:///x.db``, ``postgresql[+driver]://...``, ``mysql[+driver]://...`` (any SQLAlchemy
   URL of those dialects): :class:`optuna.storages.RDBStorage` with heartbeats
-  (``heartbeat_interval=20`` s, ``grace_period=60`` s), so trials of a killed worker are
+  (``heartbeat_interval=5`` s, ``grace_period=15`` s, beaten by a thread), so trials of a killed worker are
   failed by the others (:func:`optuna.storages.fail_stale_trials`);
 - ``redis://...`` / ``rediss://...``: ``JournalStorage(JournalRedisBackend(url))`` (a
   ``redis://`` string passed straight to Optuna raises, ecosystem.md 1.7);
@@ -36,8 +36,9 @@ from costmodel.errors import InputError, did_you_mean
 from costmodel.loaders import expand_user
 from optimizer.storage.workers import process_alive, worker_id
 
-HEARTBEAT_INTERVAL_S = 20  # workers beat every half interval while a batch is in flight
-GRACE_PERIOD_S = 60  # a RUNNING trial without a heartbeat this long (another host's) is dead
+HEARTBEAT_INTERVAL_S = 5  # a thread of each worker beats every half interval for its batch
+GRACE_PERIOD_S = 15  # a RUNNING RDB trial without a heartbeat this long (any host's) is dead
+OWNER_UNSEEN_S = 60  # a RUNNING trial this old whose owner liveness is unknown, no heartbeat
 UNTAGGED_GRACE_S = 15  # a RUNNING RDB trial nobody tagged this long: killed between ask and tag
 SQLITE_TIMEOUT_S = 30.0
 JOURNAL_LOCK_GRACE_S = 10  # a lock held this long by one holder (of unknown liveness) is broken

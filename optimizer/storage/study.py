@@ -39,7 +39,7 @@ from typing import Any
 
 from costmodel.errors import InputError
 from optimizer.storage.backends import (
-    GRACE_PERIOD_S,
+    OWNER_UNSEEN_S,
     UNTAGGED_GRACE_S,
     open_storage,
     quiet_optuna,
@@ -189,7 +189,7 @@ def fail_dead_trials(study, kind: str, *, at_startup: bool, own: Iterable[int] =
         owner = t.user_attrs.get(WORKER_ATTR)
         alive = owner_alive(owner) if isinstance(owner, str) else None
         old = (t.datetime_start is not None
-               and (now - t.datetime_start).total_seconds() > GRACE_PERIOD_S)
+               and (now - t.datetime_start).total_seconds() > OWNER_UNSEEN_S)
         if alive is False:
             dead.append(t)
         elif alive is None and kind in ("journal", "redis") and (at_startup or old):

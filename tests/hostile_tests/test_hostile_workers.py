@@ -96,15 +96,15 @@ def test_single_process_keeps_the_study_seed(tmp_path):
 @needs_pg
 def test_killed_worker_between_ask_and_tag_does_not_stall(monkeypatch):
     """A RUNNING trial nobody tagged (its worker died right after ``ask``) is failed after
-    UNTAGGED_GRACE_S (5 s; 1 s here), well under the heartbeat interval, so the worker that
-    waits for the rest of the budget finishes promptly instead of after the grace period."""
+    UNTAGGED_GRACE_S (15 s; 1 s here), at most the heartbeat grace period, so the worker
+    that waits for the rest of the budget finishes promptly."""
     import optuna
     from conftest import run_cli
 
     from optimizer import storage as st
     from optimizer.storage import study as st_study
 
-    assert st_study.UNTAGGED_GRACE_S <= st.HEARTBEAT_INTERVAL_S
+    assert st_study.UNTAGGED_GRACE_S <= st.GRACE_PERIOD_S
     monkeypatch.setattr(st_study, "UNTAGGED_GRACE_S", 1)
     name = f"stall-{uuid.uuid4().hex[:8]}"
     argv = ["--model", "7b", "--gpus", "8", "--sampler", "random", "--trials", "6",
@@ -137,3 +137,62 @@ def test_zombie_worker_counts_as_dead():
 
     assert workers.process_alive(socket.gethostname(), child.pid, "") is False
     child.wait()
+
+
+def test_a_trial_past_the_in_flight_cap_or_budget_is_not_admitted():
+    """The trial number is a ticket (optuna_engine._admitted): trials numbered below it that
+    are RUNNING fill the in-flight cap, and all counted ones below it fill the budget; a lone
+    worker (no trial asked by anyone else) is admitted without reading the study."""
+    import optuna
+
+    from optimizer import storage as st
+    from optimizer.search.optuna_engine import _admitted
+
+    st.quiet_optuna()
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    others = [study.ask() for _ in range(3)]  # another worker's batch, in flight
+    mine = study.ask()
+    assert not _admitted(study, mine, [], trials=10, batch_size=3, seen=0)
+    assert _admitted(study, mine, [], trials=10, batch_size=4, seen=0)
+    assert not _admitted(study, mine, [], trials=3, batch_size=8, seen=0)
+    withdrawn = others[0]
+    withdrawn.set_user_attr(st.COUNTED_ATTR, False)
+    study.tell(withdrawn, state=optuna.trial.TrialState.PRUNED)  # uncounted: frees its place
+    assert _admitted(study, mine, [], trials=3, batch_size=3, seen=0)
+    assert _admitted(study, mine, [], trials=1, batch_size=1, seen=3)  # nobody else asked
+
+
+@needs_pg
+def test_killed_worker_on_another_host_stalls_others_only_the_grace_period(monkeypatch):
+    """A trial of a worker on another host whose heartbeats stopped (killed) is failed by
+    Optuna's heartbeat check once GRACE_PERIOD_S passes (15 s; 2 s here), not after the 60 s
+    of an owner never seen; a live worker's thread keeps beating, so its trials survive."""
+    import optuna
+    from conftest import run_cli
+
+    from optimizer.storage import backends
+
+    assert backends.GRACE_PERIOD_S <= 3 * backends.HEARTBEAT_INTERVAL_S < \
+        backends.OWNER_UNSEEN_S
+    monkeypatch.setattr(backends, "HEARTBEAT_INTERVAL_S", 1)
+    monkeypatch.setattr(backends, "GRACE_PERIOD_S", 2)
+    name = f"remote-{uuid.uuid4().hex[:8]}"
+    argv = ["--model", "7b", "--gpus", "8", "--sampler", "random", "--trials", "6",
+            "--batch-size", "6", "--storage", PG_URL, "--study-name", name, "-q"]
+    assert run_cli(argv)[0] == 0
+    storage = optuna.storages.RDBStorage(PG_URL, heartbeat_interval=1, grace_period=2)
+    study = optuna.load_study(study_name=name, storage=storage)
+    with pytest.warns(UserWarning, match="Heartbeat"):
+        remote = study.ask()  # a worker on another host that beat once, then was killed
+    remote.set_user_attr("worker", "elsewhere.example:4242:1234:abcdef")
+    storage.record_heartbeat(remote._trial_id)
+    t0 = time.monotonic()
+    argv[7] = "12"
+    rc, out, err = run_cli(argv)
+    assert rc == 0, err
+    assert time.monotonic() - t0 < 10
+    ts = _trials(name)
+    assert [t.state.name for t in ts if t.number == remote.number] == ["FAIL"]
+    assert sum(t.state.name == "RUNNING" for t in ts) == 0
+    assert sum(t.state.name == "COMPLETE" and t.user_attrs.get("counted", True)
+               for t in ts) == 12
