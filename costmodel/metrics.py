@@ -88,7 +88,13 @@ def scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups, 
     step = span + dp.exposed_s + dp.embedding_sync_s + dp.optimizer_s + eff.step_overhead_s
     # context parallelism's attention communication on the critical path, taken out of the
     # passes it sits in (0 where cp = 1: compute and recompute stay bit for bit)
-    cp_rc = m * (st.slowest_layers * layer.cp_recompute_s)
+    # (with partial recompute only the recomputed layers' share of it: steady.recompute_s is
+    # already that share of the layers' recompute; 1 exactly without partial recompute)
+    full_rc = st.slowest_layers * layer.recompute_s
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rc_share = np.where(np.isfinite(full_rc) & (full_rc > 0),
+                            steady.recompute_s / np.where(full_rc > 0, full_rc, 1.0), 1.0)
+    cp_rc = m * (st.slowest_layers * layer.cp_recompute_s) * rc_share
     cp_fb = m * (st.slowest_layers * (layer.cp_comm_s - layer.cp_recompute_s))
     times = {
         "compute": m * steady.compute_s - cp_fb,
