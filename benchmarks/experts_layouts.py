@@ -154,6 +154,9 @@ def main(argv=None) -> int:
           f"{n_reach}/{len(rows)}; of the {len(fits)} runs predicted to fit, "
           f"{sum(x['ok'] for x in fits)} pass; '!' = the run's own layout predicted over the "
           f"memory limit; s = optimize's wall seconds; total {sum(x['wall'] for x in rows):.1f} s")
+    for x in rows:
+        if x["reach"] < x["own_tps"] * (1 - 1e-9):
+            print(f"not reached: {x['id']} ({x['reach'] / x['own_tps']:.4f} of its own layout)")
     for sid, why in skipped:
         print(f"skipped {sid}: {why}")
     return 0 if n_ok == len(rows) else 1
