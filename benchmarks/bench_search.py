@@ -28,7 +28,12 @@ from optimizer.api import resolve_problem  # noqa: E402
 from optimizer.search.pareto import hypervolume_2d  # noqa: E402
 
 PROBLEMS = (("65b", 16), ("13b", 32), ("175b", 128))
-CLI_RUNS = (("175b", 1024, ["--sampler", "exhaustive"]), ("65b", 16, []))
+#: issue 21's speed targets: 65b/16 whole process < 1 s, the two Llama 3 405B problems < 10 s
+L405 = ["--gpu", "h100-sxm-80gb"]
+CLI_RUNS = (("175b", 1024, ["--sampler", "exhaustive"]), ("65b", 16, []),
+            ("llama3-405b", 16384, [*L405, "--seq-length", "8192", "--global-batch-size", "2048"]),
+            ("llama3-405b", 16384, [*L405, "--seq-length", "131072",
+                                    "--global-batch-size", "128"]))
 
 
 def hypervolume(problem, outcome) -> float:
@@ -36,9 +41,9 @@ def hypervolume(problem, outcome) -> float:
     return hypervolume_2d(s.tokens_per_s, s.peak_memory_bytes, problem.memory_limit_bytes)
 
 
-def bench_quality(samplers: list[str], seeds: int, trials: int) -> None:
+def bench_quality(samplers: list[str], seeds: int, trials: int, problems=PROBLEMS) -> None:
     print(f"hypervolume ratio vs the exhaustive front ({trials} trials, seeds 0..{seeds - 1})")
-    for model, gpus in PROBLEMS:
+    for model, gpus in problems:
         problem = resolve_problem(model=model, gpus=gpus)
         t0 = time.perf_counter()
         exact = search.run(problem, sampler="exhaustive")
@@ -80,8 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--trials", type=int, default=300)
     p.add_argument("--no-cli", action="store_true")
+    p.add_argument("--no-quality", action="store_true")
+    p.add_argument("--problems", default=None,
+                   help="model/gpus,... (default: 65b/16,13b/32,175b/128)")
     a = p.parse_args(argv)
-    bench_quality(a.samplers.split(","), a.seeds, a.trials)
+    problems = PROBLEMS if not a.problems else tuple(
+        (m, int(g)) for m, g in (x.split("/") for x in a.problems.split(",")))
+    if not a.no_quality:
+        bench_quality(a.samplers.split(","), a.seeds, a.trials, problems)
     if not a.no_cli:
         bench_cli()
     return 0

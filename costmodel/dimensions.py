@@ -332,16 +332,32 @@ CP_MAX_DEFAULT = 128
 CP_MIN_LOCAL_TOKENS = 2048
 
 
+#: below 16k tokens, the default space still offers cp (up to this) where the global batch
+#: has fewer sequences than there are GPUs (MLPerf's Llama 3.1 runs at 8k tokens: CP2-CP4 on
+#: 64-5120 GPUs; Megatron-Bridge's 405B at 8k: CP2)
+CP_MAX_SHORT = 8
+#: the shortest sequence that offers cp when the batch is small (s/cp >= 2048 tokens)
+CP_MIN_SHORT_SEQUENCE = 4096
+#: from 8k tokens the default space offers cp = 2 whatever the batch: a memory and bubble
+#: lever of Megatron-Bridge's and MLPerf's Llama 3.1 405B layouts (TP4 PP8 CP2 at 8k)
+CP_PAIR_SEQUENCE = 8192
+
+
 def default_cp(model: Any, cluster: Any, training: Any) -> list[int]:
     """1 for sequences under 16k tokens; from 16k, also powers of two up to 128 that leave
     each CP rank at least 2048 tokens, divide the GPUs and split the sequence into 2 cp
-    chunks (Megatron asserts seq % (2 cp) == 0)."""
+    chunks (Megatron asserts seq % (2 cp) == 0); under 16k, 2 from 8k tokens, and up to 8
+    from 4k where the global batch has fewer sequences than there are GPUs."""
     s = training.seq_length
     out = [1]
+    cap = min(CP_MAX_DEFAULT, cluster.num_gpus)
     if s < CP_MIN_SEQUENCE:
-        return out
+        small_batch = s >= CP_MIN_SHORT_SEQUENCE and training.global_batch_size < cluster.num_gpus
+        if not small_batch and s < CP_PAIR_SEQUENCE:
+            return out
+        cap = min(CP_MAX_SHORT if small_batch else 2, cap)
     c = 2
-    while c <= min(CP_MAX_DEFAULT, cluster.num_gpus) and s // c >= CP_MIN_LOCAL_TOKENS:
+    while c <= cap and s // c >= CP_MIN_LOCAL_TOKENS:
         if s % (2 * c) == 0 and cluster.num_gpus % c == 0:
             out.append(c)
         c *= 2
@@ -355,11 +371,48 @@ def default_cp_comm_types(model: Any, cluster: Any, training: Any) -> tuple[str,
     return ("p2p", "all_gather", "a2a", "a2a+p2p")
 
 
-def default_precision(model: Any, cluster: Any, training: Any) -> tuple[str]:
-    """bf16 where the GPU has it, else fp16, tf32 or fp32. (A GPU with none of them: its
-    first precision.)"""
-    return (next((p for p in ("bf16", "fp16", "tf32", "fp32") if cluster.gpu.supports(p)),
-                 next(iter(cluster.gpu.peak_flops_per_s))),)
+def default_precision(model: Any, cluster: Any, training: Any) -> tuple[str, ...]:
+    """bf16 where the GPU has it, else fp16, tf32 or fp32, and fp8 where the GPU has fp8
+    Tensor Cores. (A GPU with none of them: its first precision.)"""
+    best = next((p for p in ("bf16", "fp16", "tf32", "fp32") if cluster.gpu.supports(p)),
+                next(iter(cluster.gpu.peak_flops_per_s)))
+    return (best, "fp8") if best != "fp8" and cluster.gpu.supports("fp8") else (best,)
+
+
+#: the most virtual stages (model chunks per pipeline rank) the default space offers
+MAX_VIRTUAL_STAGES = 8
+
+
+def default_virtual_stages(model: Any, cluster: Any, training: Any) -> list[int]:
+    """1 and every count up to 8 that some default pp can interleave: pp * v divides the
+    layers, or pp leaves an uneven split whose middle stages hold v layers (a pipeline
+    layout; the virtual_stages_divide_layers rule checks each (pp, v, plan))."""
+    L = model.num_layers
+    pps = [p for p in default_pp(model, cluster, training) if p > 1]
+    out = [1]
+    for v in range(2, MAX_VIRTUAL_STAGES + 1):
+        if any(L % (p * v) == 0 or (L % p and -(-L // p) >= v) for p in pps):
+            out.append(v)
+    return out
+
+
+def default_zero_stages(model: Any, cluster: Any, training: Any) -> tuple[int, ...]:
+    """0, 1 and 3: no sharding, the distributed optimizer, and ZeRO-3 / FSDP (with pipelines
+    too, except under DeepSpeed's pipeline engine: the zero3_no_pp rule)."""
+    return (0, 1, 3)
+
+
+#: partial-recompute candidates (Megatron --recompute-method block --recompute-num-layers N):
+#: the partial_recompute rule keeps those under a model chunk's layers
+RECOMPUTE_NUM_LAYERS = (0, 1, 2, 4, 8)
+
+
+def default_recompute_num_layers(model: Any, cluster: Any, training: Any) -> list[int]:
+    """0 (every layer with full recompute) and 1, 2, 4, 8 recomputed layers per model chunk
+    (partial recompute, framework megatron), below the layers per stage."""
+    if training.framework != "megatron":
+        return [0]
+    return [n for n in RECOMPUTE_NUM_LAYERS if n < model.num_layers]
 
 
 def _powers_of_two_dividing(n: int, cap: int) -> list[int]:

@@ -77,18 +77,22 @@ class Scores:
         }
 
 
-def stage_imbalance(plan, st, layer, num_layers: float) -> np.ndarray:
+def stage_imbalance(plan, st, layer, num_layers: float, partial=None) -> np.ndarray:
     """Slowest stage / the mean over stages of the true work: L layers (not p x ceil(L/p)),
-    embedding, LM head and every stage's transfers."""
+    embedding, LM head and every stage's transfers. With partial recompute
+    (``costmodel.stages.PartialRecompute``) the layers do not all cost ``st.layer_s``: the
+    work is then the stages' own sum (``st.total_s``)."""
     work = num_layers * st.layer_s + layer.embedding_s + layer.head_s
     for g, p2p in zip(plan.groups, st.p2p_s, strict=True):
         work = work + g.count * np.where(g.present, p2p, 0.0)
+    if partial is not None:
+        work = np.where(partial.n > 0, st.total_s, work)
     mean = np.where(plan.single, st.first_s, work / plan.pp.astype(float))
     return st.slowest_s / mean
 
 
 def scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups, m,
-           peak_flops_per_s, eff, n_gpus, reference_peak_flops_per_s) -> Scores:
+           peak_flops_per_s, eff, n_gpus, reference_peak_flops_per_s, partial=None) -> Scores:
     """The step's metrics; ``mfu`` over ``reference_peak_flops_per_s`` (the bf16 dense peak,
     as NVIDIA and Meta report MFU), ``low_precision_utilization`` over the training
     precision's own peak ``peak_flops_per_s``."""
@@ -96,7 +100,13 @@ def scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups, 
     step = span + dp.exposed_s + dp.embedding_sync_s + dp.optimizer_s + eff.step_overhead_s
     # context parallelism's attention communication on the critical path, taken out of the
     # passes it sits in (0 where cp = 1: compute and recompute stay bit for bit)
-    cp_rc = m * (st.slowest_layers * layer.cp_recompute_s)
+    # (with partial recompute only the recomputed layers' share of it: steady.recompute_s is
+    # already that share of the layers' recompute; 1 exactly without partial recompute)
+    full_rc = st.slowest_layers * layer.recompute_s
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rc_share = np.where(np.isfinite(full_rc) & (full_rc > 0),
+                            steady.recompute_s / np.where(full_rc > 0, full_rc, 1.0), 1.0)
+    cp_rc = m * (st.slowest_layers * layer.cp_recompute_s) * rc_share
     cp_fb = m * (st.slowest_layers * (layer.cp_comm_s - layer.cp_recompute_s))
     times = {
         "compute": m * steady.compute_s - cp_fb,
@@ -114,7 +124,7 @@ def scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups, 
     B, s = float(training.global_batch_size), float(training.seq_length)
     flops = model_flops_per_step(model, training.seq_length, training.global_batch_size)
     with np.errstate(invalid="ignore", divide="ignore"):
-        imbalance = stage_imbalance(plan, st, layer, float(model.num_layers))
+        imbalance = stage_imbalance(plan, st, layer, float(model.num_layers), partial)
         step = np.where(np.isfinite(step), step, np.inf)
         return Scores(
             step_time_s=step,

@@ -165,7 +165,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     peak = peaks_by_precision(gpu)[batch.precision]
     ref = gpu.peak_flops_per_s.get("bf16") or gpu.peak_flops_per_s.get("fp16") or peak
     scores = metrics.scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups,
-                            m, peak, eff, n_gpus, ref)
+                            m, peak, eff, n_gpus, ref, partial=partial)
     return Phases(fw, groups, shard, sharded, layer, distinct, plan, pipe, st, timeline, steady,
                   params, dp, mem, scores)
 

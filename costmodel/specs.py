@@ -29,7 +29,10 @@ from costmodel.dimensions import (
     default_micro_batch_sizes,
     default_pp,
     default_precision,
+    default_recompute_num_layers,
     default_tp,
+    default_virtual_stages,
+    default_zero_stages,
     dim,
     dimensions_of,
     layout_token,
@@ -833,26 +836,27 @@ class ParallelConfig:
                                   optuna=OptunaParam("sequence_parallel", 3),
                                   column=Column("SP", 70, yes_dash))
     zero_stage: int = dim(INT, 0, "ZeRO stage: 1 distributed optimizer, 3 fully sharded",
-                          minimum=0, maximum=3, space_default=(0, 1), expand_rank=6,
+                          minimum=0, maximum=3, space_default=default_zero_stages, expand_rank=6,
                           optuna=OptunaParam("zero_stage", 4), column=Column("ZeRO", 80))
     schedule: str = dim(CHOICE, "1f1b", "pipeline schedule", values=SCHEDULES, codes=Schedule,
                         space_default=("1f1b", "interleaved"), expand_rank=4,
                         optuna=OptunaParam("schedule", 5, schedule_token),
                         column=Column("schedule", 50, schedule_label, left=True))
     virtual_stages: int = dim(INT, 1, "model chunks per pipeline stage, interleaved schedule",
-                              space_default=(1, 2, 4), expand_rank=5,
+                              space_default=default_virtual_stages, expand_rank=5,
                               optuna=OptunaParam("schedule", 5))
     stage_plan: str = dim(CHOICE, "default", "layers per pipeline stage: Megatron's default "
                           "split, or first/last stages balanced against the embedding and "
                           "the LM head", values=STAGE_PLANS, codes=StagePlanCode,
-                          space_default=("default",), expand_rank=11,
+                          space_default=("default", "balanced"), expand_rank=11,
                           optuna=OptunaParam("stage_plan", 11), new=True,
                           column=Column("plan", 95, stage_plan_label, left=True))
     recompute_num_layers: int = dim(
         INT, 0, "with recompute full: layers per pipeline stage recomputed (Megatron "
         "--recompute-method block --recompute-num-layers N; the others keep their "
         "activations); 0: every layer (--recompute-method uniform --recompute-num-layers 1)",
-        minimum=0, expand_rank=12, optuna=OptunaParam("recompute_num_layers", 12), new=True)
+        minimum=0, space_default=default_recompute_num_layers, expand_rank=12,
+        optuna=OptunaParam("recompute_num_layers", 12), new=True)
     precision_aware_optimizer: str = dim(
         CHOICE, "off", "Megatron-Core's precision-aware optimizer: bf16 Adam moments, and "
         "bf16 main gradients too", values=OPTIMIZER_DTYPES, codes=OptimizerDtype,

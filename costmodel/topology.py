@@ -96,8 +96,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import networkx as nx
-
 from costmodel.errors import InputError, check_nesting, did_you_mean
 from costmodel.layout import (
     Layout,
@@ -131,6 +129,20 @@ _PENALTY_S = {"nvlink": 0.0, "pcie": 1.0, "network": 1e3}
 _HOP_S = 1e-12  # tie-break: fewer hops among equal-latency paths
 _TIE_S = 1e-13
 _INF = math.inf
+
+
+class _LazyNetworkx:
+    """networkx, imported on first use: short-form clusters are scored in closed form and
+    never build a graph, so ``optimize`` does not pay networkx's ~0.2 s import."""
+
+    def __getattr__(self, name: str) -> Any:
+        import networkx
+
+        globals()["nx"] = networkx
+        return getattr(networkx, name)
+
+
+nx: Any = _LazyNetworkx()
 
 
 def _weight(u: Any, v: Any, d: Mapping[str, Any]) -> float:

@@ -228,9 +228,13 @@ def default_space(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     search can show why they are bad; the ``tp_within_node`` rule rejects them unless
     cross-node TP is allowed), pp from :func:`~costmodel.dimensions.default_pp` (values that
     do not divide the layers get an uneven split: ``costmodel.schedule.stage_layers``),
-    micro-batch sizes 1-16 up to the global batch, the GPU's best 16-bit precision, every
-    recompute mode, sequence parallelism off and on, ZeRO 0 and 1, 1F1B and interleaved with
-    1, 2 or 4 virtual stages, NCCL algorithm and protocol auto.
+    cp from :func:`~costmodel.dimensions.default_cp` (long sequences; 2 from 8k tokens; up
+    to 8 from 4k where the batch has fewer sequences than GPUs), micro-batch sizes 1-16 up to
+    the global batch, the GPU's best 16-bit precision and fp8 where it has fp8 Tensor Cores,
+    every recompute mode with 0, 1, 2, 4 or 8 recomputed layers per chunk (partial recompute,
+    megatron), sequence parallelism off and on, ZeRO 0, 1 and 3 (FSDP, with pipelines too),
+    1F1B and interleaved with every virtual-stage count up to 8 that some pp interleaves, the
+    default and the balanced stage plan, NCCL algorithm and protocol auto.
     """
     return SearchSpace(**{d.name: d.default_values(model, cluster, training)
                           for d in SEARCH_DIMENSIONS})

@@ -252,13 +252,17 @@ def test_optuna_encoding_tokens() -> None:
     valid = enumerate_valid(Context(problem.model, problem.cluster, problem.training), space)
     enc = osr.Encoding.build(valid, space)
     desc = enc.description()
-    # the new dimensions (cp, stage plan, memory levers) at their default alone: left out of the
-    # description (the study fingerprint), so 65b/16's stored studies keep their names
-    new = ("cp", "cp_comm_type", "stage_plan", "recompute_num_layers",
-           "precision_aware_optimizer", "cpu_offloading_num_layers")
+    # the new dimensions at their default alone (cp at 2k tokens, the stage plan where
+    # balanced moves no layer, the optimizer and offload levers) are left out of the
+    # description (the study fingerprint); partial recompute is in the default space since
+    # issue 21's reach work, so it is described
+    new = ("cp", "cp_comm_type", "stage_plan", "precision_aware_optimizer",
+           "cpu_offloading_num_layers")
     assert list(desc) == [p for p in osr.PARAM_ORDER if p not in new]
-    assert "tp4_pp4" in desc["layout"] and desc["schedule"] == ["1f1b", "interleaved_v2",
-                                                                "interleaved_v4"]
+    assert desc["recompute_num_layers"] == [0, 1, 2, 4, 8]
+    # every v <= 8 that pp x v divides 80 layers with
+    assert "tp4_pp4" in desc["layout"] and desc["schedule"] == [
+        "1f1b", "interleaved_v2", "interleaved_v4", "interleaved_v5", "interleaved_v8"]
     assert desc["recompute"] == ["none", "selective", "full"]
     assert desc["sequence_parallel"] == [False, True] and desc["nccl_algo"] == ["auto"]
     row = 7

@@ -71,8 +71,12 @@ def _combos() -> tuple[Combo, ...]:
 
 
 COMBOS = _combos()
+# every searched column (a pair must differ in its one dimension alone: the default space's
+# partial recompute and stage plans, issue 21, would otherwise pair unlike rows)
 COLS = ("tp", "pp", "dp", "micro_batch_size", "precision", "recompute", "sequence_parallel",
-        "zero_stage", "schedule", "virtual_stages", "nccl_algo", "nccl_proto")
+        "zero_stage", "schedule", "virtual_stages", "nccl_algo", "nccl_proto", "cp",
+        "cp_comm_type", "stage_plan", "recompute_num_layers", "precision_aware_optimizer",
+        "cpu_offloading_num_layers", "ep", "etp")
 
 
 @dataclass(frozen=True)

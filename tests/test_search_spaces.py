@@ -296,10 +296,35 @@ def test_default_space_175b_on_1024_a100() -> None:
     assert space.precision == ("bf16",)
     assert space.recompute == ("none", "selective", "full")
     assert space.sequence_parallel == (False, True)
-    assert space.zero_stage == (0, 1)
+    # ZeRO-3 / FSDP too, with pipelines (issue 21)
+    assert space.zero_stage == (0, 1, 3)
     assert space.schedule == ("1f1b", "interleaved")
-    assert space.virtual_stages == (1, 2, 4)
+    # every v up to 8 that some default pp interleaves: 96 = pp * v * k (5, 7: none; the
+    # one uneven pp, 64, holds 2 layers on its middle stages)
+    assert space.virtual_stages == (1, 2, 3, 4, 6, 8)
+    assert space.stage_plan == ("default", "balanced")
+    assert space.recompute_num_layers == (0, 1, 2, 4, 8)
+    assert space.cp == (1,)  # 2k tokens: no context parallelism
     assert space.nccl_algo == ("auto",) and space.nccl_proto == ("auto",)
+
+
+def test_default_space_issue21_levers() -> None:
+    # H100: fp8 joins bf16; 8k tokens offer cp 2, a batch smaller than the GPUs up to 8
+    l405 = ModelSpec("l405", 126, 16384, 128, 53248, 128256, num_kv_heads=8)
+    h100 = cluster(H100, nodes=128)
+    space = default_space(l405, h100, TrainingSpec(8192, 2048))
+    assert space.precision == ("bf16", "fp8")
+    assert space.cp == (1, 2)
+    assert default_space(l405, h100, TrainingSpec(8192, 512)).cp == (1, 2, 4)
+    assert default_space(l405, h100, TrainingSpec(4096, 2048)).cp == (1,)
+    assert default_space(l405, h100, TrainingSpec(131072, 128)).cp[-1] == 64
+    # DeepSpeed has no partial recompute (Megatron-Core's block method)
+    ds = default_space(l405, h100, TrainingSpec(8192, 2048, framework="deepspeed"))
+    assert ds.recompute_num_layers == (0,)
+    # the balanced stage plan and every v are searched; the article case's balanced plan
+    # is valid (LLaMA-65B, PP4 TP4 on 16 A100)
+    ctx = Context(LLAMA_65B, cluster(nodes=2), TrainingSpec(2048, 1024))
+    assert "balanced" in default_space(LLAMA_65B, ctx.cluster, ctx.training).stage_plan
 
 
 def test_default_space_offers_uneven_pipeline_splits() -> None:

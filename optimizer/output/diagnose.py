@@ -299,8 +299,9 @@ def _recompute(c, step, tb) -> Finding | None:
     if c.recompute == "full":
         return Finding("recompute", f"full recompute costs {share:.0%} of the step: recompute "
                                     "only as many layers as memory needs (Megatron "
-                                    "--recompute-num-layers: partial recompute, which paraplan "
-                                    "cannot search yet), or selective recompute where it fits",
+                                    "--recompute-method block --recompute-num-layers N, "
+                                    "searched by default with framework megatron), or "
+                                    "selective recompute where it fits",
                        ("partial_recompute", "lighter_recompute"))
     return Finding("recompute", f"selective recompute costs {share:.0%} of the step: no "
                                 "recompute where memory allows", ())

@@ -1104,7 +1104,9 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
             raise SkipEntry(f"expert grid ep={experts['ep']} etp={experts['etp']} does not "
                             f"tile tp*cp*dp={tp * cp * dp} or the {moe['num_experts']} experts")
     try:
-        pc = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm_type=cp_comm_type_of(group, par),
+        # at cp = 1 the comm type is moot and only p2p is a configuration (rule cp_comm_type)
+        pc = ParallelConfig(tp=tp, pp=pp, dp=dp, cp=cp,
+                            cp_comm_type=cp_comm_type_of(group, par) if cp > 1 else "p2p",
                             micro_batch_size=mbs, precision=precision,
                             recompute=recompute, sequence_parallel=bool(sp) and tp > 1,
                             zero_stage=zero,
