@@ -153,19 +153,24 @@ class Collectives:
 
     def time_s(self, collective: str, nbytes, n_ranks, n_nodes) -> np.ndarray:
         n = self.inv.shape[0]
-        pick = self.first
-
-        def rep(x, dtype):
-            a = np.asarray(x, dtype=dtype)
-            return np.broadcast_to(a, (n,))[pick] if a.ndim else np.full(len(pick), a)
-
-        nbytes, n_ranks, n_nodes = rep(nbytes, float), rep(n_ranks, np.int64), rep(n_nodes,
-                                                                                  np.int64)
+        full = [np.broadcast_to(np.asarray(x, dtype=dt), (n,))
+                for x, dt in ((nbytes, float), (n_ranks, np.int64), (n_nodes, np.int64))]
+        pick, inv = self.first, self.inv
+        if any(not np.array_equal(a, a[pick][inv]) for a in full):
+            # a size that depends on a column outside the key (the stage plan's first-stage
+            # parameters, the expert grid's DP share, ...): one evaluation per distinct
+            # (key, size, ranks, nodes) instead, so a configuration's time never depends on
+            # the batch it is scored in
+            cols = np.stack([self.inv.astype(float), *(a.astype(float) for a in full)], axis=1)
+            _, pick, inv = np.unique(cols, axis=0, return_index=True, return_inverse=True)
+            inv = inv.reshape(-1)
+        nbytes, n_ranks, n_nodes = (a[pick] for a in full)
+        algo, proto = self.algo[self.inv[pick]], self.proto[self.inv[pick]]
         out = np.zeros(len(pick))
         active = n_ranks > 1
-        for a_code in np.unique(self.algo[active]):
-            for p_code in np.unique(self.proto[active]):
-                sel = active & (self.algo == a_code) & (self.proto == p_code)
+        for a_code in np.unique(algo[active]):
+            for p_code in np.unique(proto[active]):
+                sel = active & (algo == a_code) & (proto == p_code)
                 if not sel.any():
                     continue
                 res = coll.collective_time_s(
@@ -173,4 +178,4 @@ class Collectives:
                     algo=self.algo_table[a_code], proto=self.proto_table[p_code],
                     on_invalid="inf")
                 out[sel] = np.asarray(res.time_s, dtype=float)
-        return out[self.inv]
+        return out[inv]

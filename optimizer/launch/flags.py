@@ -238,7 +238,11 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         "--pipeline-model-parallel-size", str(config.pp),
     ]
     split = _uneven_split(model, config, training, cluster)
-    if _interleaved(config) and split is not None:  # an uneven plan in chunks: the layout
+    uneven_chunks = config.stage_plan == "balanced" and _chunks_uneven(model, config)
+    if _interleaved(config) and (split is not None or uneven_chunks):
+        # an uneven plan in chunks (or stages whose layers the chunks do not divide evenly:
+        # the rules' FLOP-based balanced plan can differ from the scored, time-based one,
+        # which may keep the default split): the pipeline layout
         first, mid, last = _plan(model, cluster, training, config)
         a += ["--pipeline-model-parallel-layout",
               pipeline_layout(first, mid, last, config.pp, config.virtual_stages)]
@@ -493,7 +497,7 @@ def _torchtitan_split(model: ModelSpec, config: ParallelConfig,
     chunks = 2 if config.schedule in ("zb-v", "dualpipev") else (
         config.virtual_stages if _interleaved(config) else 1)
     split = _uneven_split(model, config, training, cluster)
-    if split is None:
+    if split is None and not (config.stage_plan == "balanced" and _chunks_uneven(model, config)):
         if _interleaved(config):
             return _layers_per_virtual_stage(model, config), 0, 0
         if model.num_layers % (config.pp * chunks):
@@ -502,6 +506,24 @@ def _torchtitan_split(model: ModelSpec, config: ParallelConfig,
         return model.num_layers // (config.pp * chunks), 0, 0
     first, mid, last = _plan(model, cluster, training, config)
     return max(1, mid // chunks), mid - first, mid - last
+
+
+def _chunks_uneven(model: ModelSpec, config: ParallelConfig) -> bool:
+    """Interleaved stages whose layers the chunks do not divide into pp*v equal chunks."""
+    return _interleaved(config) and model.num_layers % (config.pp * config.virtual_stages) != 0
+
+
+def _torchtitan_chunk_gap(model: ModelSpec, config: ParallelConfig, training, cluster
+                          ) -> list[str]:
+    """torchtitan builds pp*v stages of one size with lighter first and last ones: a middle
+    stage whose layers v does not divide (or an even plan in uneven chunks) is not that."""
+    if not _chunks_uneven(model, config) or training is None or cluster is None:
+        return []
+    first, mid, last = _plan(model, cluster, training, config)
+    if mid % config.virtual_stages == 0 and (first, last) != (mid, mid):
+        return []
+    return [f"torchtitan: {first}/{mid}/{last} layers per stage in {config.virtual_stages} "
+            "chunks cannot be built by its equal-stage split (first/last-stage-less-layers)"]
 
 
 def torchtitan_refusal(model: ModelSpec, config: ParallelConfig) -> list[str]:
@@ -923,7 +945,8 @@ def definition_gaps(model: ModelSpec) -> list[str]:
             "the usual pre-attention and pre-MLP norms"]
 
 
-def launch_targets(model: ModelSpec, config: ParallelConfig) -> dict[str, Any]:
+def launch_targets(model: ModelSpec, config: ParallelConfig, training: TrainingSpec | None = None,
+                   cluster: ClusterSpec | None = None) -> dict[str, Any]:
     """Per framework target: its name and version, whether its artefacts train what was
     scored (``supported``) and, if not, why (``reasons``)."""
     mr = megatron_refusal(model)
@@ -931,7 +954,8 @@ def launch_targets(model: ModelSpec, config: ParallelConfig) -> dict[str, Any]:
     gaps = definition_gaps(model)
     mr_list = ([] if mr is None else [mr]) + gaps
     ds = deepspeed_refusal(config) + common + gaps
-    tt = torchtitan_refusal(model, config) + gaps
+    tt = torchtitan_refusal(model, config) + _torchtitan_chunk_gap(model, config, training,
+                                                                   cluster) + gaps
     return {
         "megatron": {"target": MEGATRON_TARGET, "script": megatron_script(model),
                      "supported": not mr_list, "reasons": mr_list},
@@ -954,5 +978,5 @@ def launch_bundle(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         "torchtitan_config": torchtitan_config_source(model, training, config),
         "env": launch_env(cluster, config),
         "warnings": launch_warnings(config, model=model, cluster=cluster, training=training),
-        "targets": launch_targets(model, config),
+        "targets": launch_targets(model, config, training, cluster),
     }

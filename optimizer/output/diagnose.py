@@ -10,7 +10,7 @@ peak over the GPU's own HBM is "does not fit", over the limit (the GPU's memory 
 margin) "over the limit"; under the limit it fits, with no second headroom threshold.
 
 Each finding carries the names of its levers (:data:`LEVERS`); levers paraplan cannot search
-yet (context parallelism, partial recompute, expert-parallel placement, CUDA graphs) say so.
+yet (expert-parallel placement, CUDA graphs) say so.
 MFU is reported on the bf16 peak (the industry convention, so fp8 runs are comparable); the
 utilisation of the low-precision peak the run actually uses is reported separately.
 """
@@ -57,8 +57,8 @@ LEVERS: dict[str, str] = {  # name -> how the advice phrases it; "(not searched)
     "larger_global_batch": "a larger global batch (changes the training recipe)",
     "stage_layers": "uneven stage layer counts",
     "mixed_precision": "bf16/fp16 mixed precision",
-    "cp": "context parallelism (not searched)",
-    "partial_recompute": "partial recompute (not searched)",
+    "cp": "context parallelism",
+    "partial_recompute": "partial recompute (--recompute-num-layers)",
     "ep_placement": "expert-parallel placement (not searched)",
     "cuda_graphs": "CUDA graphs (not searched)",
 }
@@ -145,8 +145,8 @@ def _memory_levers(problem, c: ParallelConfig, metrics) -> list[tuple[str, str]]
                                            "parallelism"))
     if act > 0.3 * metrics["peak_memory_bytes"] and c.recompute == "full" \
             and c.micro_batch_size == 1:
-        out.append(("cp", "context parallelism (splits the sequence over GPUs; paraplan "
-                          "cannot search it yet)"))
+        out.append(("cp", "context parallelism (splits the sequence over GPUs: --cp, "
+                          "searched by default on long sequences)"))
     out.append(("more_gpus", "more GPUs"))
     return out
 
