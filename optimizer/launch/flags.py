@@ -517,10 +517,19 @@ def _torchtitan_chunk_gap(model: ModelSpec, config: ParallelConfig, training, cl
                           ) -> list[str]:
     """torchtitan builds pp*v stages of one size with lighter first and last ones: a middle
     stage whose layers v does not divide (or an even plan in uneven chunks) is not that."""
-    if not _chunks_uneven(model, config) or training is None or cluster is None:
+    if config.pp < 2 or training is None or cluster is None:
         return []
     first, mid, last = _plan(model, cluster, training, config)
-    if mid % config.virtual_stages == 0 and (first, last) != (mid, mid):
+    if config.stage_plan == "balanced" and (config.pp == 2 or first > mid or last > mid):
+        # its split makes the first and last stages lighter than the middle ones only
+        return [f"torchtitan: the balanced plan {first}/{mid}/{last} layers (first/middle/"
+                "last stage) cannot be built by its split (first/last-stage-less-layers make "
+                "the end stages lighter than the middle ones only)"]
+    if not _interleaved(config):
+        return []
+    even = first == mid == last
+    if (not even and mid % config.virtual_stages == 0) or (even and not
+                                                             _chunks_uneven(model, config)):
         return []
     return [f"torchtitan: {first}/{mid}/{last} layers per stage in {config.virtual_stages} "
             "chunks cannot be built by its equal-stage split (first/last-stage-less-layers)"]

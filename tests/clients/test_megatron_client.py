@@ -58,26 +58,29 @@ def check_megatron(result):
     assert tc.sequence_parallel == (c.sequence_parallel and c.tp > 1)
     assert bool(args.tp_comm_overlap) == (training.tp_comm_overlap and c.sequence_parallel
                                           and c.tp > 1)
-    # stages: Megatron's own layer split equals the scored one
-    from costmodel.schedule import stage_layers
+    # stages: Megatron's own layer split equals the scored one (a balanced plan included)
+    from costmodel.model import plan_of
 
-    first, middle, last, _ = stage_layers(model.num_layers, c.pp)
-    if c.pp > 1 and model.num_layers % c.pp and interleaved:
+    first, middle, last = plan_of(model, cluster, training, c)
+    uneven = c.pp > 1 and (first != last or (c.pp > 2 and middle != first))
+    if interleaved and (uneven or model.num_layers % (c.pp * c.virtual_stages)):
         # an uneven interleaved plan goes through --pipeline-model-parallel-layout (Megatron
         # refuses first/last-stage layer counts with virtual stages)
         assert args.pipeline_model_parallel_layout, args.pipeline_model_parallel_layout
-    elif c.pp > 1 and model.num_layers % c.pp:
+    elif uneven:
         assert (tc.num_layers_in_first_pipeline_stage,
                 tc.num_layers_in_last_pipeline_stage) == (int(first), int(last))
-        rest = model.num_layers - int(first) - int(last)
-        assert rest == int(middle) * (c.pp - 2)
+        if c.pp > 2:
+            rest = model.num_layers - int(first) - int(last)
+            assert rest == int(middle) * (c.pp - 2)
     else:
         assert tc.num_layers_in_first_pipeline_stage is None
     # recompute
     want = {"none": None, "selective": "selective", "full": "full"}[c.recompute]
     assert tc.recompute_granularity == want
-    if c.recompute == "full":
-        assert (tc.recompute_method, tc.recompute_num_layers) == ("uniform", 1)
+    if c.recompute == "full":  # partial recompute: the block method on N layers per chunk
+        assert (tc.recompute_method, tc.recompute_num_layers) == (
+            ("block", c.recompute_num_layers) if c.recompute_num_layers > 0 else ("uniform", 1))
     if c.recompute == "selective":
         assert list(tc.recompute_modules) == ["core_attn"]
     # precision
