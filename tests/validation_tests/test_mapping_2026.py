@@ -134,6 +134,21 @@ def test_torchtitan_row():
     assert run.memory_bytes is None  # nvidia-smi memory is BLOOM's; this is reserved memory
 
 
+def test_torchtitan_tp_is_sequence_parallel():
+    """torchtitan's TP plan runs the norms under SequenceParallel (enable_sequence_parallel
+    defaults to True): an entry with tp > 1 that does not state SP is mapped with SP; an
+    explicit field still wins, and tp = 1 has no SP."""
+    tp8 = _with(TORCHTITAN_ROW, parallel={"tp": 8, "dp": 16, "global_batch": 32},
+                hardware={"num_gpus": 128})
+    assert v.map_entry(tp8).parallel.sequence_parallel
+    off = _with(tp8, parallel={"sequence_parallel": False})
+    assert not v.map_entry(off).parallel.sequence_parallel
+    assert not v.map_entry(TORCHTITAN_ROW).parallel.sequence_parallel
+    # a Megatron row that does not state SP keeps it off
+    other = _with(tp8, group="megatron_core_x", parallel={"framework": "Megatron-Core"})
+    assert not v.map_entry(other).parallel.sequence_parallel
+
+
 def test_mlperf_row():
     run = v.map_entry(MLPERF_ROW)
     assert run.cluster.gpu.name == "mi355x"
