@@ -403,12 +403,14 @@ def tp_exposed_s(times, sh: Shard, rc, fw, eff: Efficiency, tp_comm_overlap: boo
         # all-gather -> QKV / FC1, projection / FC2 -> reduce-scatter. Backward (dgrad + wgrad,
         # twice the forward GEMM): QKV and FC1 reduce-scatter their input gradient and
         # re-gather their input; the projection and FC2 all-gather their output gradient.
-        fwd = (exposed(ag + cs, t_qkv, eff) + exposed(rs + cs, t_proj, eff)
-               + exposed(ag + cs, t_fc1, eff) + exposed(rs + cs, t_fc2, eff))
-        bwd = (exposed(rs + ag + 2.0 * cs, 2.0 * t_qkv, eff)
-               + exposed(ag + cs, 2.0 * t_proj, eff)
-               + exposed(rs + ag + 2.0 * cs, 2.0 * t_fc1, eff)
-               + exposed(ag + cs, 2.0 * t_fc2, eff))
+        # The share it hides is Efficiency.tp_overlap (userbuffers' own, not NCCL's).
+        ub = eff.with_(overlap_hidden=eff.tp_overlap)
+        fwd = (exposed(ag + cs, t_qkv, ub) + exposed(rs + cs, t_proj, ub)
+               + exposed(ag + cs, t_fc1, ub) + exposed(rs + cs, t_fc2, ub))
+        bwd = (exposed(rs + ag + 2.0 * cs, 2.0 * t_qkv, ub)
+               + exposed(ag + cs, 2.0 * t_proj, ub)
+               + exposed(rs + ag + 2.0 * cs, 2.0 * t_fc1, ub)
+               + exposed(ag + cs, 2.0 * t_fc2, ub))
         overlapped = fwd + bwd + np.where(rc == 2, fwd, 0.0)
         layer_tp = np.where(sp, np.minimum(overlapped, layer_tp), layer_tp)
     return layer_tp, regather_window

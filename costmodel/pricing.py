@@ -66,13 +66,15 @@ def device_for(gpu, eff: Efficiency, precision: np.ndarray, recipe: str = "delay
     """The device as ``precision`` sees it; where that is fp8, ``recipe`` (TrainingSpec.
     fp8_recipe) sets the linears' peak and cast traffic: NVFP4 runs them at the FP4 peak (x
     ``eff.nvfp4_gemm_scale``) on GPUs that have one, the fp8 recipes at the fp8 peak (x
-    ``eff.fp8_gemm_scale``)."""
+    ``eff.fp8_gemm_scale``, and for MXFP8 x ``eff.mxfp8_gemm_scale``)."""
     peaks = peaks_by_precision(gpu)
     fp8 = precision == PRECISIONS.index("fp8")
     peak = peaks[precision]
     fp4 = fp4_peak_flops(gpu) if recipe == "nvfp4" else None
     low = (np.full(peak.shape, fp4 * eff.nvfp4_gemm_scale) if fp4
            else peak * eff.fp8_gemm_scale)
+    if recipe == "mxfp8":  # block-scaled GEMMs: a fraction of the per-tensor fp8 rate
+        low = low * eff.mxfp8_gemm_scale
     # the attention core's batched GEMMs (and the output layer) stay in 16-bit when the
     # linears run in fp8 (Transformer Engine keeps dot-product attention in bf16)
     attn_peak = peaks[np.where(fp8, PRECISIONS.index("bf16"), precision)]
