@@ -289,6 +289,10 @@ class KernelCosts:
     """
 
     elementwise_traffic: float = 1.0  # HBM traffic of element-wise ops / the fused minimum
+    # the same ratio where TrainingSpec.torch_compile says how the model ran (None: as
+    # ``elementwise_traffic``): eager PyTorch, and under torch.compile (Inductor's fusion)
+    eager_elementwise_traffic: float | None = None
+    compiled_elementwise_traffic: float | None = None
     # HBM bytes per logit of the cross entropy (forward + backward). Megatron's
     # _VocabParallelCrossEntropy as Megatron-DeepSpeed runs it (2021-22) is unfused:
     # .contiguous() + .float() of the 16-bit logits (r2 w2 + r2 w4), max (r4), subtract (r4 w4),
@@ -513,5 +517,19 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
 # torchtitan (PyTorch FSDP2): llm-foundry's FSDP profile (its kernels and FSDP costs were
 # fitted there) with torchtitan's own "selective" recompute, op-level SAC
 # (layers._op_sac_rows): derived from its checkpoint policy, not fitted.
-FRAMEWORKS["torchtitan"] = FRAMEWORKS["fsdp"].with_(selective_op_sac=True)
+#
+# Its element-wise traffic when the run says whether it was compiled (TrainingSpec.
+# torch_compile; derived, not fitted). Eager: torchtitan's Llama block (models/llama/model.py,
+# 2024) runs RMSNorm in fp32 (x.float(), pow, mean, x * rsqrt, type_as, * weight: 36 bytes
+# per element of h against the fused 4), rotary through view_as_complex in fp32 (float(),
+# complex multiply, type_as: 20 bytes per element of q and k against 4), repeat_kv copies of
+# K and V for GQA and a contiguous copy of the attention output, and SwiGLU as silu then mul
+# (10 bytes per element of f against 6); per token of Llama 3 8B that is 627 kB against the
+# 188 kB fused minimum of layers.layer_memory_ops (3.33; Llama 3.1 405B 3.34, Llama 2 70B
+# 3.30, Llama 2 13B 3.51), the backward's autograd ops taken in the same ratio: 3.3.
+# Compiled: Inductor fuses each of those chains into one kernel, the fused minimum (1.0),
+# and the float8 casts' amax reduction into the kernel producing the tensor
+# (layers.layer_memory_ops).
+FRAMEWORKS["torchtitan"] = FRAMEWORKS["fsdp"].with_(
+    selective_op_sac=True, eager_elementwise_traffic=3.3, compiled_elementwise_traffic=1.0)
 FRAMEWORKS["torchtitan"] = replace(FRAMEWORKS["torchtitan"], name="torchtitan")

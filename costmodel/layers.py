@@ -250,6 +250,18 @@ def mlp_block(sh: Shard) -> OpTable:
     return OpTable("mlp", kerns, ops)
 
 
+def elementwise_traffic(fw, training: TrainingSpec) -> float:
+    """The framework's element-wise HBM traffic over the fused minimum: its eager or compiled
+    figure where ``training.torch_compile`` says how the model ran and the profile has one
+    (calibration.KernelCosts), else its fitted ``elementwise_traffic``."""
+    k = fw.kernels
+    if training.torch_compile is True and k.compiled_elementwise_traffic is not None:
+        return k.compiled_elementwise_traffic
+    if training.torch_compile is False and k.eager_elementwise_traffic is not None:
+        return k.eager_elementwise_traffic
+    return k.elementwise_traffic
+
+
 def layer_memory_ops(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, dev: Device
                      ) -> OpTable:
     """The layer's memory-bound kernels outside the GEMMs and the attention core, lumped."""
@@ -275,11 +287,16 @@ def layer_memory_ops(sh: Shard, model: ModelSpec, training: TrainingSpec, fw, de
     # sequence shard and all-gathered in fp8 (TE LayerNormLinear / LayerNormMLP).
     cast_in = tokens * (2.0 * h / sp_split + a * hd / t + f / t)
     cast_out = tokens * ((a + 2 * g) * hd / t + 2.0 * h + sh.up / t)
+    traffic, cast_scale = elementwise_traffic(fw, training), dev.cast_scale
+    if training.torch_compile and fw.kernels.compiled_elementwise_traffic is not None:
+        # Inductor fuses a current-scaling cast's amax reduction into the kernel that
+        # produces the tensor: what is left is delayed scaling's cast + transpose
+        cast_scale = min(cast_scale, 1.0)
     kerns = (Kernel("elementwise", MEMORY, kernels=6.0,
-                    nbytes=fw.kernels.elementwise_traffic * (outside / sp_split + inside / t)),
-             Kernel("fp8_cast", MEMORY, nbytes=FP8_CAST_BYTES * dev.cast_scale * cast_in, kernels=4.0,
+                    nbytes=traffic * (outside / sp_split + inside / t)),
+             Kernel("fp8_cast", MEMORY, nbytes=FP8_CAST_BYTES * cast_scale * cast_in, kernels=4.0,
                     when=dev.fp8),
-             Kernel("fp8_cast.bwd", MEMORY, nbytes=FP8_CAST_BYTES * dev.cast_scale * cast_out, kernels=4.0,
+             Kernel("fp8_cast.bwd", MEMORY, nbytes=FP8_CAST_BYTES * cast_scale * cast_out, kernels=4.0,
                     when=dev.fp8))
     ops = (Op("elementwise.fwd", "elementwise", FORWARD, "elementwise"),
            Op("fp8_cast.fwd", "fp8_cast", FORWARD, "cast"),

@@ -766,6 +766,12 @@ class TrainingSpec:
     # MoE token dispatcher: alltoall (Megatron's default) | flex (DeepEP / HybridEP: a token
     # crosses to each remote host once, forwarded over NVLink there)
     moe_dispatcher: str = "alltoall"
+    # torch.compile of the model (torchtitan's [compile] section): None = not stated (the
+    # framework profile's fitted element-wise traffic, KernelCosts.elementwise_traffic); True:
+    # Inductor fuses the norms, activations, rotary and torchao's float8 casts
+    # (KernelCosts.compiled_elementwise_traffic); False: eager PyTorch
+    # (KernelCosts.eager_elementwise_traffic). Frameworks without those fields ignore it.
+    torch_compile: bool | None = None
 
     def __post_init__(self) -> None:
         if self.moe_load_imbalance is not None:
@@ -784,6 +790,8 @@ class TrainingSpec:
                      "overlap_p2p_comm", "fp8_param_gather", "grad_reduce_in_bf16",
                      "moe_cuda_graph", "expandable_segments"):
             _set(self, name, _bool("training", name, getattr(self, name)))
+        if self.torch_compile is not None:
+            _set(self, "torch_compile", _bool("training", "torch_compile", self.torch_compile))
         _set(self, "framework", _choice("training", "framework", self.framework, FRAMEWORKS))
         _set(self, "fp8_recipe", _choice("training", "fp8_recipe", self.fp8_recipe,
                                          FP8_RECIPE_NAMES))

@@ -72,6 +72,8 @@ class Problem:
             doc["training"]["grad_reduce_in_bf16"] = True
         if not self.training.expandable_segments:  # only when off: older fingerprints stay
             doc["training"]["expandable_segments"] = False
+        if self.training.torch_compile is not None:  # only when stated (cost model 0.6.x)
+            doc["training"]["torch_compile"] = self.training.torch_compile
         return doc
 
     def fingerprint(self) -> str:

@@ -68,3 +68,34 @@ def test_torchtitan_selective_is_op_level_sac():
     compute = out["torchtitan"].time_breakdown_s["compute"][1]
     assert 0.08 < rc[1] / compute < 0.2  # ~37% of the linears' forward (1/3) + element-wise
     assert out["torchtitan"].step_time_s[0] == pytest.approx(out["fsdp"].step_time_s[0])
+
+
+def test_torch_compile_sets_torchtitans_elementwise_traffic():
+    """torchtitan's element-wise ops cost the eager byte count without torch.compile and the
+    fused minimum with it (casts of float8 without their amax pass); not stated keeps the
+    fitted FSDP figure. Megatron has no such figures: the field changes nothing there."""
+    from costmodel.layers import elementwise_traffic
+
+    model = ModelSpec(name="m", num_layers=4, hidden_size=4096, num_attention_heads=32,
+                      num_kv_heads=8, ffn_hidden_size=14336, vocab_size=128000,
+                      gated_mlp=True)
+    cluster = default_cluster(8, gpu="h100-sxm-80gb")
+    batch = ConfigBatch.from_configs([
+        ParallelConfig(tp=1, pp=1, dp=8, micro_batch_size=1, precision=p, zero_stage=3)
+        for p in ("bf16", "fp8")])
+    step = {}
+    for fw in ("torchtitan", "megatron"):
+        for tc in (None, False, True):
+            training = TrainingSpec(seq_length=4096, global_batch_size=16, framework=fw,
+                                    torch_compile=tc, fp8_recipe="tensorwise")
+            step[fw, tc] = score(model, cluster, training, batch).step_time_s
+    tt = FRAMEWORKS["torchtitan"]
+    assert elementwise_traffic(tt, TrainingSpec(torch_compile=False)) == 3.3
+    assert elementwise_traffic(tt, TrainingSpec(torch_compile=True)) == 1.0
+    assert elementwise_traffic(tt, TrainingSpec()) == FRAMEWORKS["fsdp"].kernels.elementwise_traffic
+    assert (step["torchtitan", True] < step["torchtitan", None]).all()
+    assert (step["torchtitan", None] < step["torchtitan", False]).all()
+    for tc in (False, True):
+        assert step["megatron", tc] == pytest.approx(step["megatron", None])
+    with pytest.raises(Exception, match="torch_compile"):
+        TrainingSpec(torch_compile="yes")
