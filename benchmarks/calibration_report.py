@@ -11,6 +11,12 @@ costmodel/calibration.py):
    recipe's own factor) on the Blackwell runs that are not NVFP4: Megatron-Bridge's GB200 /
    GB300 rows and MLPerf v5.1's NVIDIA B200/B300 FP8 rows.
 2. ``Efficiency.nvfp4_gemm_scale`` of Blackwell on MLPerf's NVFP4 rows, with 1. fixed.
+3. ``Efficiency.tp_overlap_hidden`` (the share of a TP collective Transformer Engine's
+   userbuffers overlap hides) of Hopper and of Blackwell, each on its runs with
+   ``tp_comm_overlap`` and tp > 1, with the calibration.py values of the rest.
+4. ``Efficiency.mxfp8_gemm_scale`` of Blackwell on the Megatron-Bridge pairs that ran one
+   layout family in per-tensor fp8 and in MXFP8 on one GPU and release: the objective is the
+   rms log error of the predicted mxfp8 / fp8 step-time ratios.
 
 The objective is the group-balanced MAPE of the rows it is fitted on. The attention kernels'
 efficiencies are not fitted: they are the published kernel figures (the table below says
@@ -35,6 +41,8 @@ from optimizer.validation import published as P  # noqa: E402
 
 GEMM_GRID = np.round(np.arange(0.56, 0.861, 0.02), 3)
 NVFP4_GRID = np.round(np.arange(0.40, 0.951, 0.05), 3)
+TP_OVERLAP_GRID = np.round(np.arange(0.0, 1.001, 0.1), 3)
+MXFP8_GRID = np.round(np.arange(0.80, 1.001, 0.02), 3)
 
 
 def _runs(data: str | None):
@@ -81,6 +89,53 @@ def fit(runs) -> dict:
             "current": (base.gemm, base.nvfp4_gemm_scale)}
 
 
+def _with_arch(arch: str, runs, **kw) -> dict:
+    saved = cal.BY_ARCH[arch]
+    cal.BY_ARCH[arch] = saved.with_(**kw)
+    try:
+        return P.predict(runs)[0]
+    finally:
+        cal.BY_ARCH[arch] = saved
+
+
+def fit_tp_overlap(runs) -> dict:
+    """Hopper's and Blackwell's ``tp_overlap_hidden`` on their userbuffers-overlap runs."""
+    out = {}
+    for arch, cc in (("hopper", lambda c: 90 <= c < 100), ("blackwell", lambda c: c >= 100)):
+        rs = [r for r in runs if r.training.tp_comm_overlap and r.parallel.tp > 1
+              and r.cluster.gpu.name[:2] != "mi" and cc(r.cluster.gpu.compute_capability)]
+        curve = [(v, _balanced(rs, _with_arch(arch, rs, tp_overlap_hidden=float(v)))[0])
+                 for v in TP_OVERLAP_GRID]
+        best = min(curve, key=lambda x: x[1])[0]
+        out[arch] = {"value": float(best), "curve": curve, "n": len(rs),
+                     "groups": sorted({r.group for r in rs}),
+                     "current": cal.BY_ARCH[arch].tp_overlap}
+    return out
+
+
+def _mxfp8_pairs(runs) -> list[tuple]:
+    by = {r.id: r for r in runs}
+    return [(by[i], by[i.replace("_mxfp8_", "_fp8_")]) for i in by
+            if "_mxfp8_" in i and i.replace("_mxfp8_", "_fp8_") in by
+            and by[i].training.fp8_recipe == "mxfp8"]
+
+
+def fit_mxfp8(runs) -> dict:
+    """Blackwell's ``mxfp8_gemm_scale`` on the fp8 / mxfp8 pairs (rms log ratio error)."""
+    pairs = _mxfp8_pairs(runs)
+    rs = [r for pair in pairs for r in pair]
+    curve = []
+    for v in MXFP8_GRID:
+        pred = _with_arch("blackwell", rs, mxfp8_gemm_scale=float(v))
+        err = [np.log((pred[a.id].step_time_s / pred[b.id].step_time_s)
+                      / (a.step_time_s / b.step_time_s)) for a, b in pairs]
+        curve.append((v, float(np.sqrt(np.mean(np.square(err)))), float(np.mean(err))))
+    best = min(curve, key=lambda x: x[1])[0]
+    return {"value": float(best), "curve": curve, "n": len(pairs),
+            "ratios": [a.step_time_s / b.step_time_s for a, b in pairs],
+            "current": cal.BY_ARCH["blackwell"].mxfp8_gemm_scale}
+
+
 def sensitivity(runs) -> list[tuple[str, float, float]]:
     """Megatron-Core Hopper rows' MAPE with the cuDNN attention at the low / high end of the
     published range (FA2-level 0.35 and FA3-level 0.60, forward and backward alike)."""
@@ -124,7 +179,37 @@ ATTENTION_SOURCES = {
 }
 
 
-def write_report(res: dict, sens, out: Path) -> None:
+def _extra_lines(tpo: dict, mx: dict) -> list[str]:
+    lines = ["", "## Userbuffers TP overlap and MXFP8 (fitted)", "",
+             "| parameter | value (calibration.py) | fitted on | objective at the value | grid |",
+             "|---|---|---|---|---|"]
+    for arch, r in tpo.items():
+        c = dict(r["curve"])
+        lines.append(f"| {arch.capitalize()} `Efficiency.tp_overlap_hidden` | {r['value']:.1f} "
+                     f"({r['current']:.2f}) | {r['n']} runs with --tp-comm-overlap and tp > 1 "
+                     f"({', '.join(r['groups'])}) | group-balanced MAPE {c[r['value']]:.1%} | "
+                     f"{TP_OVERLAP_GRID[0]:.1f}-{TP_OVERLAP_GRID[-1]:.1f} step 0.1 |")
+    c = {v: (e, b) for v, e, b in mx["curve"]}
+    lines.append(f"| Blackwell `Efficiency.mxfp8_gemm_scale` | {mx['value']:.2f} "
+                 f"({mx['current']:.2f}) | {mx['n']} Megatron-Bridge fp8 / mxfp8 pairs "
+                 f"(measured ratios {min(mx['ratios']):.3f}-{max(mx['ratios']):.3f}) | rms log "
+                 f"ratio error {c[mx['value']][0]:.3f} | {MXFP8_GRID[0]:.2f}-"
+                 f"{MXFP8_GRID[-1]:.2f} step 0.02 |")
+    lines += ["", "Sources: the userbuffers overlap moves its chunks with Transformer Engine's "
+              "own kernels and copy-engine ring exchanges (TE comm_gemm_overlap), not NCCL "
+              "kernels holding SMs, hence its own share; MXFP8's block-scaled MMA reads an E8M0 "
+              "scale per 32 elements of K of both operands (modern-training.md 5.1), its casts "
+              "charged apart (FP8_RECIPES).", ""]
+    for arch, r in tpo.items():
+        lines += [f"| {arch} tp_overlap_hidden | MAPE |", "|---|---|"]
+        lines += [f"| {v:.1f} | {m:.1%} |" for v, m in r["curve"]]
+        lines.append("")
+    lines += ["| mxfp8_gemm_scale | rms log error | mean log error |", "|---|---|---|"]
+    lines += [f"| {v:.2f} | {e:.3f} | {b:+.3f} |" for v, e, b in mx["curve"]]
+    return lines
+
+
+def write_report(res: dict, sens, out: Path, extra: list[str] | None = None) -> None:
     lines = [
         "# Calibration report (generated)",
         "",
@@ -184,6 +269,7 @@ def write_report(res: dict, sens, out: Path) -> None:
     lines += ["", "## Sensitivity: Hopper cuDNN attention on the Megatron-Core H100 rows", "",
               "| attention | MAPE | bias |", "|---|---|---|"]
     lines += [f"| {lab} | {m:.1%} | {b:+.1%} |" for lab, m, b in sens]
+    lines += extra or []
     lines.append("")
     out.write_text("\n".join(lines))
 
@@ -197,8 +283,11 @@ def main(argv=None) -> int:
     runs = _runs(a.data)
     res = fit(runs)
     sens = sensitivity(runs)
-    write_report(res, sens, Path(a.out))
-    print(f"gemm {res['gemm']:.2f}  nvfp4_gemm_scale {res['nvfp4_gemm_scale']:.2f}  -> {a.out}")
+    tpo, mx = fit_tp_overlap(runs), fit_mxfp8(runs)
+    write_report(res, sens, Path(a.out), _extra_lines(tpo, mx))
+    print(f"gemm {res['gemm']:.2f}  nvfp4_gemm_scale {res['nvfp4_gemm_scale']:.2f}  "
+          f"tp_overlap_hidden hopper {tpo['hopper']['value']:.1f} blackwell "
+          f"{tpo['blackwell']['value']:.1f}  mxfp8_gemm_scale {mx['value']:.2f}  -> {a.out}")
     return 0
 
 
