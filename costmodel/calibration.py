@@ -517,8 +517,9 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
 # torchtitan (PyTorch FSDP2): llm-foundry's FSDP profile (its kernels and FSDP costs were
 # fitted there) with torchtitan's own "selective" recompute, op-level SAC
 # (layers._op_sac_rows): derived from its checkpoint policy, not fitted.
-#
-# Its element-wise traffic when the run says whether it was compiled (TrainingSpec.
+FRAMEWORKS["torchtitan"] = FRAMEWORKS["fsdp"].with_(selective_op_sac=True)
+FRAMEWORKS["torchtitan"] = replace(FRAMEWORKS["torchtitan"], name="torchtitan")
+# torchtitan's element-wise traffic when the run says whether it was compiled (TrainingSpec.
 # torch_compile; derived, not fitted). Eager: torchtitan's Llama block (models/llama/model.py,
 # 2024) runs RMSNorm in fp32 (x.float(), pow, mean, x * rsqrt, type_as, * weight: 36 bytes
 # per element of h against the fused 4), rotary through view_as_complex in fp32 (float(),
@@ -530,6 +531,5 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
 # Compiled: Inductor fuses each of those chains into one kernel, the fused minimum (1.0),
 # and the float8 casts' amax reduction into the kernel producing the tensor
 # (layers.layer_memory_ops).
-FRAMEWORKS["torchtitan"] = FRAMEWORKS["fsdp"].with_(
-    selective_op_sac=True, eager_elementwise_traffic=3.3, compiled_elementwise_traffic=1.0)
-FRAMEWORKS["torchtitan"] = replace(FRAMEWORKS["torchtitan"], name="torchtitan")
+FRAMEWORKS["torchtitan"] = FRAMEWORKS["torchtitan"].with_(
+    eager_elementwise_traffic=3.3, compiled_elementwise_traffic=1.0)
