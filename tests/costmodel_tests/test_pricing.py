@@ -50,3 +50,24 @@ def test_price_gemm_memory_attention_and_masks():
                                          + ko, rel=1e-12)
     # FlashAttention's backward: 2.5x the forward kernel, one launch
     assert t["attn.bwd"][0] == pytest.approx(2.5 * (t["attn"][0] - ko) + ko, rel=1e-12)
+
+
+def test_mxfp8_linears_run_at_their_share_of_the_fp8_rate():
+    """Blackwell's MXFP8 linears: mxfp8_gemm_scale x the per-tensor fp8 rate; bf16 and the
+    attention peak do not move; Hopper's factor is 1."""
+    b200 = get_gpu("b200")
+    eff = efficiency_for(b200.compute_capability, "cudnn")
+    assert 0.0 < eff.mxfp8_gemm_scale < 1.0
+    fp8 = device_for(b200, eff, PREC, "tensorwise")
+    mx = device_for(b200, eff, PREC, "mxfp8")
+    assert mx.gemm_peak_flops_per_s[1] == pytest.approx(
+        fp8.gemm_peak_flops_per_s[1] * eff.mxfp8_gemm_scale)
+    assert mx.gemm_peak_flops_per_s[0] == fp8.gemm_peak_flops_per_s[0]
+    assert mx.attention_peak_flops_per_s.tolist() == fp8.attention_peak_flops_per_s.tolist()
+    assert EFF.mxfp8_gemm_scale == 1.0
+
+
+def test_userbuffers_overlap_share_falls_back_to_overlap_hidden():
+    assert EFF.tp_overlap == EFF.tp_overlap_hidden
+    plain = EFF.with_(tp_overlap_hidden=None)
+    assert plain.tp_overlap == plain.overlap_hidden
