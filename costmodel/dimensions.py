@@ -379,19 +379,32 @@ def default_precision(model: Any, cluster: Any, training: Any) -> tuple[str, ...
     return (best, "fp8") if best != "fp8" and cluster.gpu.supports("fp8") else (best,)
 
 
-#: the most virtual stages (model chunks per pipeline rank) the default space offers
+#: the most virtual stages (model chunks per pipeline rank) the default space offers for any
+#: chunk size
 MAX_VIRTUAL_STAGES = 8
+#: beyond MAX_VIRTUAL_STAGES, the default space offers fine-grained interleaving: an even split
+#: into chunks of at most this many layers, up to MAX_FINE_VIRTUAL_STAGES virtual stages.
+#: Megatron-Bridge's presets interleave that finely (scripts/performance/configs, published
+#: in validation/published_runs_2026.yaml): Llama 3 70B SFT on GB300 pp 2 x v 20 (2 layers a
+#: chunk) and on GB200 pp 8 x v 10 (1 layer), the 48-layer MoE presets pp 2 x v 12 and v 24
+FINE_CHUNK_MAX_LAYERS = 2
+MAX_FINE_VIRTUAL_STAGES = 24
 
 
 def default_virtual_stages(model: Any, cluster: Any, training: Any) -> list[int]:
     """1 and every count up to 8 that some default pp can interleave: pp * v divides the
     layers, or pp leaves an uneven split whose middle stages hold v layers (a pipeline
-    layout; the virtual_stages_divide_layers rule checks each (pp, v, plan))."""
+    layout; the virtual_stages_divide_layers rule checks each (pp, v, plan)); and counts from
+    9 to 24 that split the layers evenly into chunks of one or two layers on some default pp
+    (Megatron-Bridge's fine-grained presets: v 10, 12, 20, 24)."""
     L = model.num_layers
     pps = [p for p in default_pp(model, cluster, training) if p > 1]
     out = [1]
     for v in range(2, MAX_VIRTUAL_STAGES + 1):
         if any(L % (p * v) == 0 or (L % p and -(-L // p) >= v) for p in pps):
+            out.append(v)
+    for v in range(MAX_VIRTUAL_STAGES + 1, MAX_FINE_VIRTUAL_STAGES + 1):
+        if any(L % (p * v) == 0 and L // (p * v) <= FINE_CHUNK_MAX_LAYERS for p in pps):
             out.append(v)
     return out
 
