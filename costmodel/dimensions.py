@@ -365,9 +365,12 @@ def default_cp(model: Any, cluster: Any, training: Any) -> list[int]:
 
 
 def default_cp_comm_types(model: Any, cluster: Any, training: Any) -> tuple[str, ...]:
-    """p2p alone where the space has no cp > 1; else p2p, all_gather, a2a and a2a+p2p."""
+    """p2p alone where the space has no cp > 1; else p2p, all_gather, a2a and a2a+p2p;
+    torchtitan: p2p (the value at cp = 1) and all_gather, its context parallelism."""
     if len(default_cp(model, cluster, training)) == 1:
         return ("p2p",)
+    if training.framework == "torchtitan":
+        return ("p2p", "all_gather")
     return ("p2p", "all_gather", "a2a", "a2a+p2p")
 
 
@@ -411,7 +414,10 @@ def default_virtual_stages(model: Any, cluster: Any, training: Any) -> list[int]
 
 def default_zero_stages(model: Any, cluster: Any, training: Any) -> tuple[int, ...]:
     """0, 1 and 3: no sharding, the distributed optimizer, and ZeRO-3 / FSDP (with pipelines
-    too, except under DeepSpeed's pipeline engine: the zero3_no_pp rule)."""
+    too, except under DeepSpeed's pipeline engine: the zero3_no_pp rule); torchtitan: 0, 2 and
+    3 (DDP, FSDP2 without and with resharding after the forward; it has no ZeRO-1)."""
+    if training.framework == "torchtitan":
+        return (0, 2, 3)
     return (0, 1, 3)
 
 

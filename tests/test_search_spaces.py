@@ -203,6 +203,30 @@ def test_zero_rules() -> None:
     assert explain(CTX, {"tp": 4, "pp": 2, "zero_stage": 1}) == []  # dp = 2
 
 
+def test_torchtitan_expresses() -> None:
+    # framework torchtitan: FSDP2 (ZeRO 2/3) or DDP alone; no ZeRO-1, no Ulysses CP, no fp16
+    tt = Context(LLAMA_65B, cluster(H100), replace(TRAIN, seq_length=8192,
+                                                   framework="torchtitan"))
+    assert "torchtitan_expresses" in broken(tt, tp=4, pp=2, zero_stage=1)  # dp = 2
+    assert "torchtitan_expresses" in broken(tt, tp=4, pp=2, zero_stage=0)  # DDP with TP/PP
+    for z in (2, 3):
+        assert "torchtitan_expresses" not in broken(tt, tp=4, pp=2, zero_stage=z)
+    assert "torchtitan_expresses" not in broken(tt, tp=1, pp=1, zero_stage=0)  # 1-D DDP
+    assert "torchtitan_expresses" not in broken(tt, tp=4, cp=2, cp_comm_type="all_gather",
+                                                zero_stage=3)
+    for ct in ("p2p", "a2a", "a2a+p2p"):
+        assert "torchtitan_expresses" in broken(tt, tp=4, cp=2, cp_comm_type=ct, zero_stage=3)
+    assert "torchtitan_expresses" in broken(tt, tp=4, pp=2, zero_stage=3, precision="fp16")
+    # Megatron keeps them all
+    mg = replace(tt, training=replace(tt.training, framework="megatron"))
+    assert "torchtitan_expresses" not in broken(mg, tp=4, pp=2, zero_stage=1, cp=2,
+                                                cp_comm_type="a2a")
+    # the default space searches what torchtitan has
+    space = default_space(LLAMA_65B, tt.cluster, replace(tt.training, global_batch_size=8))
+    assert space.zero_stage == (0, 2, 3) and space.cp_comm_type == ("p2p", "all_gather")
+    assert default_space(LLAMA_65B, mg.cluster, mg.training).zero_stage == (0, 1, 3)
+
+
 # NCCL gates ---------------------------------------------------------------------------------
 H100_1NODE = Context(LLAMA_65B, cluster(H100, nodes=1), TRAIN)
 H100_2NODES = Context(LLAMA_65B, cluster(H100, nodes=2), TRAIN)
