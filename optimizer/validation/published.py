@@ -44,7 +44,7 @@ Mapping (``../shared/validation/README.md``, followed exactly)
   or "not stated" -> full); ``recipe_hint`` first (``recompute_modules`` -> selective, the
   model's nearest; recompute layer counts -> partial, skipped); ZeRO from zero_stage (FSDP
   FULL_SHARD = 3, SHARD_GRAD_OP = 2, absent or "not stated" = 0); sequence_parallel as given
-  (absent = off). Precision from ``precision_norm`` where the README lists it (bf16; fp8,
+  (absent = off, except torchtitan, whose TP plan is sequence parallel: on when tp > 1). Precision from ``precision_norm`` where the README lists it (bf16; fp8,
   blockwise fp8, mxfp8 and nvfp4 are scored as fp8, the nearest precision the model has, and
   the recipe is kept in ``Run.precision_recipe``), else from the text outside parentheses:
   fp8 if it says fp8 (or float8), bf16 if it says bf16, else fp16 (so BLOOM's "fp16 mixed
@@ -345,12 +345,38 @@ def reduces_in_bf16(group: str, par: Mapping[str, Any], flags: FrameworkFlags) -
     return flags.framework == "megatron" and ("bridge" in group.lower() or "bridge" in fw)
 
 
+# Groups whose source's launch script passes Megatron's --fp8-param-gather: Megatron-LM's
+# examples/llama README tables were measured with examples/llama/train_llama3_8b_h100_fp8.sh
+# ("--fp8-format hybrid --fp8-param-gather --use-distributed-optimizer --overlap-grad-reduce
+# --overlap-param-gather", reference/ecosystem.md)
+FP8_PARAM_GATHER_GROUPS = ("megatron_lm_examples_llama_fp8",)
+
+
 def gathers_in_fp8(group: str, par: Mapping[str, Any]) -> bool:
-    """torchtitan's Float8 runs all-gather their FSDP2 parameters in fp8: its float8 recipes
-    (llama3_405b.toml, and the docs' float8 runs) set enable_fsdp_float8_all_gather and
-    precompute_float8_dynamic_scale_for_fsdp, "recommended for tensorwise"."""
+    """Whether the run's fp8 parameters are the gathered (and kept) weights: torchtitan's
+    Float8 runs all-gather their FSDP2 parameters in fp8 (its float8 recipes,
+    llama3_405b.toml and the docs' float8 runs, set enable_fsdp_float8_all_gather and
+    precompute_float8_dynamic_scale_for_fsdp, "recommended for tensorwise"); Megatron's
+    ``--fp8-param-gather`` where the entry says so (``parallel.fp8_param_gather``) or its
+    group's launch script does (FP8_PARAM_GATHER_GROUPS)."""
+    given = _bool_field(par.get("fp8_param_gather"))
+    if given is not None:
+        return given
+    if group in FP8_PARAM_GATHER_GROUPS:
+        return True
     return group.startswith("torchtitan") and "float8" in str(par.get("precision") or
                                                               "").lower()
+
+
+def runs_torchtitan(group: str, par: Mapping[str, Any]) -> bool:
+    """Whether the entry ran torchtitan (group or framework naming it). Its tensor-parallel
+    plan is sequence parallel: the norms run under ``SequenceParallel`` and activations
+    between the blocks are sharded on the sequence dimension (``Shard(1)``) whenever TP is on
+    (torchtitan 0.3.0 ``ParallelismConfig.enable_sequence_parallel = True`` by default,
+    models/common/decoder_sharding.py; the 2024 llama parallelize_llama plan used
+    ``SequenceParallel()`` for attention_norm / ffn_norm / norm unconditionally)."""
+    return group.startswith("torchtitan") or "torchtitan" in str(
+        par.get("framework", "")).lower()
 
 
 def overlaps_p2p(entry: Mapping[str, Any], flags: FrameworkFlags) -> bool:
@@ -1095,7 +1121,7 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
         raise SkipEntry(f"ZeRO-3/FSDP with pp > 1 (pp={pp}): not modelled yet (issue 21)")
     sp = _bool_field(par.get("sequence_parallel"))
     if sp is None:
-        sp = nemo and tp > 1
+        sp = (nemo or runs_torchtitan(group, par)) and tp > 1
     experts = {}
     if moe is not None:  # etp not stated: 1, the MoE recipes' setting (MoE README)
         experts = dict(ep=_as_int(par.get("ep")) or 1, etp=_as_int(par.get("etp")) or 1)
