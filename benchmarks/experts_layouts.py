@@ -9,6 +9,13 @@ the run, its layout, paraplan's pick, both predicted throughputs (tokens/s, from
 model) and pass/fail. Pass: the pick's predicted throughput >= the run's own layout's as
 paraplan predicts it, and the run's layout is admitted by the validity rules.
 
+A run whose layout leaves the micro-batch unstated (NeMo's long-context table, torchtitan's
+405B rows; and torchtitan's "Interleaved 1F1B" its virtual stages) is completed: every
+candidate is scored and the run is held to the fastest one predicted to fit (marked ``*``).
+Columns: GiB is the run's own layout's predicted peak, ``!`` where it is over the memory limit
+(the search may then not pick it); reach is the fastest front point with the limit raised to
+that peak, over the run's own throughput.
+
 Run ``python benchmarks/experts_layouts.py [--groups mlperf,torchtitan] [--only ID]``.
 """
 
