@@ -9,6 +9,13 @@ the run, its layout, paraplan's pick, both predicted throughputs (tokens/s, from
 model) and pass/fail. Pass: the pick's predicted throughput >= the run's own layout's as
 paraplan predicts it, and the run's layout is admitted by the validity rules.
 
+A run whose layout leaves the micro-batch unstated (NeMo's long-context table, torchtitan's
+405B rows; and torchtitan's "Interleaved 1F1B" its virtual stages) is completed: every
+candidate is scored and the run is held to the fastest one predicted to fit (marked ``*``).
+Columns: GiB is the run's own layout's predicted peak, ``!`` where it is over the memory limit
+(the search may then not pick it); reach is the fastest front point with the limit raised to
+that peak, over the run's own throughput.
+
 Run ``python benchmarks/experts_layouts.py [--groups mlperf,torchtitan] [--only ID]``.
 """
 
@@ -27,6 +34,7 @@ from dataclasses import replace  # noqa: E402
 from costmodel.batch import ConfigBatch  # noqa: E402
 from costmodel.model import score  # noqa: E402
 from optimizer.api import optimize  # noqa: E402
+from optimizer.core.problem import resolve_problem  # noqa: E402
 from optimizer.validation.published import (  # noqa: E402
     SkipEntry,
     load_data,
@@ -68,9 +76,92 @@ def layout_text(cfg) -> str:
     return " ".join(parts)
 
 
+#: candidate micro-batch sizes for a run that leaves its micro-batch unstated (those dividing
+#: its per-replica batch): the micro-batch sizes the default space offers
+UNSTATED_MICRO_BATCHES = (1, 2, 4, 8, 16)
+
+
+def _unstated(value) -> bool:
+    return value is None or (isinstance(value, str) and "not stated" in value.lower())
+
+
+def completions(entry) -> tuple[list[dict], str]:
+    """Copies of ``entry`` with what its layout leaves unstated filled in, one per candidate,
+    and what was filled (``[]`` where the entry states its layout or is not completable).
+
+    Completable: the micro-batch unstated (``micro_batch`` absent or "not stated", the only
+    entry of ``layout_missing``), and torchtitan's "Interleaved 1F1B" with no virtual-stage
+    count (vpp 2-8; the rules keep those its pipeline split admits). The stale "ZeRO-3/FSDP
+    with pp > 1" skip of ``map_entry`` (issue 21 models FSDP with pipelines; the default space
+    searches it) is passed by mapping the entry at ZeRO 0 and restoring the stated stage
+    (:func:`production_runs`). :func:`resolve_completion` picks the candidate the run is held
+    to.
+    """
+    par = dict(entry.get("parallel") or {})
+    missing = [str(m) for m in entry.get("layout_missing") or []]
+    if entry.get("layout_complete") is False and missing != ["micro_batch"]:
+        return [], ""
+    if not _unstated(par.get("micro_batch")):
+        return [], ""
+    if par.get("local_batch") is not None and int(par.get("pp") or 1) == 1:
+        return [], ""  # map_entry reads torchtitan's local_batch as the micro-batch
+    try:
+        per_replica = int(par["global_batch"]) // int(par["dp"])
+    except (KeyError, TypeError, ValueError):
+        return [], ""
+    mbs = [b for b in UNSTATED_MICRO_BATCHES if per_replica % b == 0]
+    interleaved = "interleaved" in str(par.get("pp_schedule", "")).lower() \
+        and _unstated(par.get("vpp"))
+    vpps = range(2, 9) if interleaved else (par.get("vpp"),)
+    out = []
+    for v in vpps:
+        for b in mbs:
+            p2 = {**par, "micro_batch": b}
+            if interleaved:
+                p2["vpp"] = v
+            out.append({**entry, "parallel": p2, "layout_complete": True,
+                        "layout_missing": []})
+    what = "micro-batch" + (" and virtual stages" if interleaved else "")
+    return out, what
+
+
+def _map(entry):
+    """map_entry, past its stale ZeRO-3-with-pp skip (see :func:`completions`)."""
+    try:
+        return map_entry(entry)
+    except SkipEntry as s:
+        if "ZeRO-3/FSDP with pp > 1" not in str(s):
+            raise
+    par = entry["parallel"]
+    r = map_entry({**entry, "parallel": {**par, "zero_stage": 0, "fsdp": "not stated"}})
+    return replace(r, parallel=replace(r.parallel, zero_stage=3))
+
+
+def resolve_completion(runs):
+    """The candidate a run with an unstated micro-batch (or vpp) is held to: the fastest
+    predicted to fit under the default memory limit, breaking no rule; where none fits, the
+    one needing the least memory (a run's unstated choice read as the best it could have
+    been: the hardest bar for the search)."""
+    scored = []
+    for r in runs:
+        ctx = Context(r.model, r.cluster, r.training)
+        ok = not explain(ctx, r.parallel)
+        s = score(r.model, r.cluster, r.training, ConfigBatch.from_configs([r.parallel]))
+        limit = resolve_problem(model=r.model, cluster=r.cluster,
+                                training=r.training).memory_limit_bytes
+        scored.append((r, ok, float(s.tokens_per_s[0]), float(s.peak_memory_bytes[0]), limit))
+    valid = [x for x in scored if x[1]] or scored
+    fits = [x for x in valid if x[3] <= x[4]]
+    if fits:
+        return max(fits, key=lambda x: x[2])[0]
+    return min(valid, key=lambda x: x[3])[0]
+
+
 def production_runs(groups=GROUPS, only: str | None = None):
+    """(runs, skipped, completed): the mapped runs, (id, reason) of those not mapped, and
+    {id: what was filled in} for runs whose unstated layout parts were completed."""
     entries, _ = load_data(resolve_data_dir(None))
-    runs, skipped = [], []
+    runs, skipped, completed = [], [], {}
     for e in entries:
         g = str(e.get("group", ""))
         if not any(g.startswith(p) for p in groups):
@@ -78,10 +169,24 @@ def production_runs(groups=GROUPS, only: str | None = None):
         if only and only not in str(e.get("id")):
             continue
         try:
-            runs.append(map_entry(e))
+            runs.append(_map(e))
+            continue
         except SkipEntry as s:
-            skipped.append((e.get("id"), str(s)))
-    return runs, skipped
+            reason = str(s)
+        candidates, what = completions(e)
+        mapped = []
+        for c in candidates:
+            try:
+                mapped.append(_map(c))
+            except SkipEntry as s:
+                reason = f"{reason}; completed: {s}"
+        if not mapped:
+            skipped.append((e.get("id"), reason))
+            continue
+        r = resolve_completion(mapped)
+        runs.append(r)
+        completed[r.id] = what
+    return runs, skipped, completed
 
 
 def check_run(r, *, trials: int = 300):
@@ -132,9 +237,12 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=None, help="only run ids containing this text")
     ap.add_argument("--trials", type=int, default=300)
     a = ap.parse_args(argv)
-    runs, skipped = production_runs(tuple(a.groups.split(",")), a.only)
+    runs, skipped, completed = production_runs(tuple(a.groups.split(",")), a.only)
     gib = 2**30
     rows = [check_run(r, trials=a.trials) for r in runs]
+    for x in rows:
+        if x["id"] in completed:
+            x["own"] += " *"
     w = max((len(x["id"]) for x in rows), default=4)
     print(f"{'run':<{w}}  {'its layout':<44} {'tok/s':>10} {'GiB':>5}  "
           f"{'paraplan pick':<50} {'tok/s':>10}  ratio  reach  {'s':>5}  verdict")
@@ -157,6 +265,9 @@ def main(argv=None) -> int:
     for x in rows:
         if x["reach"] < x["own_tps"] * (1 - 1e-9):
             print(f"not reached: {x['id']} ({x['reach'] / x['own_tps']:.4f} of its own layout)")
+    for rid, what in completed.items():
+        print(f"* {rid}: its {what} not stated; held to the candidate predicted fastest among "
+              f"those that fit (else the smallest), see resolve_completion")
     for sid, why in skipped:
         print(f"skipped {sid}: {why}")
     return 0 if n_ok == len(rows) else 1

@@ -437,6 +437,15 @@ class MemoryCosts:
     # (loss_fn: fused_crossentropy, its default): the 16-bit logits are saved, no fp32 copy.
     logits_saved_bytes: float = 4.0
     logits_transient_bytes: float = 2.0
+    # Bytes per logit freed before the loss's backward peak that the caching allocator still
+    # holds then (reserved, not allocated): torchtitan frees its 16-bit logits ("del pred")
+    # before loss.backward(), whose fp32 buffers are twice as large and cannot reuse them
+    logits_cached_bytes: float = 0.0
+    # FSDP2's root unit (the parameters not in a block's own unit: torchtitan's embedding,
+    # final norm and output layer) stays gathered in 16 bits from its forward into the
+    # backward (fully_shard sets no reshard-after-forward on the root: it would all-gather
+    # again at once)
+    fsdp_root_gathered: bool = False
     # fp8 training keeps Transformer Engine's fp8 weight copies (and transposes) across a
     # step's micro-batches: Megatron-Core passes is_first_microbatch to its TE layers
     fp8_weight_cache: bool = False
@@ -516,8 +525,15 @@ FRAMEWORKS: dict[str, FrameworkCosts] = {
 }
 # torchtitan (PyTorch FSDP2): llm-foundry's FSDP profile (its kernels and FSDP costs were
 # fitted there) with torchtitan's own "selective" recompute, op-level SAC
-# (layers._op_sac_rows): derived from its checkpoint policy, not fitted.
-FRAMEWORKS["torchtitan"] = FRAMEWORKS["fsdp"].with_(selective_op_sac=True)
+# (layers._op_sac_rows, memory.op_sac_activation_bytes): derived from its checkpoint policy,
+# not fitted. Its loss is torch's cross entropy on an fp32 upcast of the 16-bit logits
+# (components/loss.py: ``cross_entropy(pred.flatten(0, 1).float(), ...)``): log-softmax keeps
+# its fp32 output (4 bytes per logit) for the backward, which allocates the fp32 gradient of
+# that output and of its input (4 + 4) before casting to 16 bits; the 16-bit logits (2) are
+# freed before the backward and stay cached. Its root FSDP unit stays gathered (above).
+FRAMEWORKS["torchtitan"] = FRAMEWORKS["fsdp"].with_(
+    selective_op_sac=True, logits_saved_bytes=4.0, logits_transient_bytes=8.0,
+    logits_cached_bytes=2.0, fsdp_root_gathered=True)
 FRAMEWORKS["torchtitan"] = replace(FRAMEWORKS["torchtitan"], name="torchtitan")
 # torchtitan's element-wise traffic when the run says whether it was compiled (TrainingSpec.
 # torch_compile; derived, not fitted). Eager: torchtitan's Llama block (models/llama/model.py,

@@ -365,9 +365,12 @@ def default_cp(model: Any, cluster: Any, training: Any) -> list[int]:
 
 
 def default_cp_comm_types(model: Any, cluster: Any, training: Any) -> tuple[str, ...]:
-    """p2p alone where the space has no cp > 1; else p2p, all_gather, a2a and a2a+p2p."""
+    """p2p alone where the space has no cp > 1; else p2p, all_gather, a2a and a2a+p2p;
+    torchtitan: p2p (the value at cp = 1) and all_gather, its context parallelism."""
     if len(default_cp(model, cluster, training)) == 1:
         return ("p2p",)
+    if training.framework == "torchtitan":
+        return ("p2p", "all_gather")
     return ("p2p", "all_gather", "a2a", "a2a+p2p")
 
 
@@ -379,26 +382,42 @@ def default_precision(model: Any, cluster: Any, training: Any) -> tuple[str, ...
     return (best, "fp8") if best != "fp8" and cluster.gpu.supports("fp8") else (best,)
 
 
-#: the most virtual stages (model chunks per pipeline rank) the default space offers
+#: the most virtual stages (model chunks per pipeline rank) the default space offers for any
+#: chunk size
 MAX_VIRTUAL_STAGES = 8
+#: beyond MAX_VIRTUAL_STAGES, the default space offers fine-grained interleaving: an even split
+#: into chunks of at most this many layers, up to MAX_FINE_VIRTUAL_STAGES virtual stages.
+#: Megatron-Bridge's presets interleave that finely (scripts/performance/configs, published
+#: in validation/published_runs_2026.yaml): Llama 3 70B SFT on GB300 pp 2 x v 20 (2 layers a
+#: chunk) and on GB200 pp 8 x v 10 (1 layer), the 48-layer MoE presets pp 2 x v 12 and v 24
+FINE_CHUNK_MAX_LAYERS = 2
+MAX_FINE_VIRTUAL_STAGES = 24
 
 
 def default_virtual_stages(model: Any, cluster: Any, training: Any) -> list[int]:
     """1 and every count up to 8 that some default pp can interleave: pp * v divides the
     layers, or pp leaves an uneven split whose middle stages hold v layers (a pipeline
-    layout; the virtual_stages_divide_layers rule checks each (pp, v, plan))."""
+    layout; the virtual_stages_divide_layers rule checks each (pp, v, plan)); and counts from
+    9 to 24 that split the layers evenly into chunks of one or two layers on some default pp
+    (Megatron-Bridge's fine-grained presets: v 10, 12, 20, 24)."""
     L = model.num_layers
     pps = [p for p in default_pp(model, cluster, training) if p > 1]
     out = [1]
     for v in range(2, MAX_VIRTUAL_STAGES + 1):
         if any(L % (p * v) == 0 or (L % p and -(-L // p) >= v) for p in pps):
             out.append(v)
+    for v in range(MAX_VIRTUAL_STAGES + 1, MAX_FINE_VIRTUAL_STAGES + 1):
+        if any(L % (p * v) == 0 and L // (p * v) <= FINE_CHUNK_MAX_LAYERS for p in pps):
+            out.append(v)
     return out
 
 
 def default_zero_stages(model: Any, cluster: Any, training: Any) -> tuple[int, ...]:
     """0, 1 and 3: no sharding, the distributed optimizer, and ZeRO-3 / FSDP (with pipelines
-    too, except under DeepSpeed's pipeline engine: the zero3_no_pp rule)."""
+    too, except under DeepSpeed's pipeline engine: the zero3_no_pp rule); torchtitan: 0, 2 and
+    3 (DDP, FSDP2 without and with resharding after the forward; it has no ZeRO-1)."""
+    if training.framework == "torchtitan":
+        return (0, 2, 3)
     return (0, 1, 3)
 
 

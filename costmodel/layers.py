@@ -667,7 +667,9 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
                                    or fw.kernels.recompute_fused_attention)
     act = dict(flash_attention=training.flash_attention, dropout=training.dropout,
                act_bytes=dev.act_bytes, fp8=dev.fp8,
-               softmax_fp32_saved=fallback & fw.kernels.softmax_in_fp32)
+               softmax_fp32_saved=fallback & fw.kernels.softmax_in_fp32,
+               # torchtitan's op-level SAC saves what its policy saves (as _op_sac_rows)
+               op_sac=fw.kernels.selective_op_sac and model.mla is None)
     # sequence-linear: a CP rank's b s / c tokens (CP needs fused attention: no s^2 term)
     per_layer_act = layer_activation_bytes(model, sh.seq, _local_samples(sh), sh.tp,
                                            sh.sp, rc, core_recomputed=core_recomputed, **act)

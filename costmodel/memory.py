@@ -46,7 +46,8 @@ def model_state_bytes(params, param_bytes, grad_bytes, optimizer_bytes, zero_sta
 
 def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, sp, recompute,
                            *, flash_attention: bool, dropout: bool, act_bytes=2.0, fp8=False,
-                           core_recomputed=None, softmax_fp32_saved=False) -> np.ndarray:
+                           core_recomputed=None, softmax_fp32_saved=False,
+                           op_sac=False) -> np.ndarray:
     """Activation bytes one layer stores for one micro-batch on one TP rank.
 
     Korthikanti et al. eq. 1 with 16-bit activations: outside the TP regions 10*sbh (layer-norm
@@ -73,6 +74,9 @@ def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, s
     place of the fused kernel's 16-bit one: 4 bytes more per score without dropout (the
     batched GEMM after it still keeps the 16-bit copy), 2 with dropout (which keeps only its
     mask and output, not the 16-bit copy).
+
+    ``op_sac``: selective recompute is torchtitan's op-level selective activation
+    checkpointing (:func:`op_sac_activation_bytes`) instead of Megatron's core-attention one.
     """
     b = np.asarray(micro_batch, dtype=float)
     t = np.asarray(tp, dtype=float)
@@ -104,7 +108,46 @@ def layer_activation_bytes(model: ModelSpec, seq_length: int, micro_batch, tp, s
     inside = qkv + out_proj_in + mlp + core
     per_layer = outside / np.where(sp, t, 1.0) + inside / t
     full = 2.0 * sbh / np.where(sp, t, 1.0)
+    if np.any(op_sac):
+        sac = op_sac_activation_bytes(model, s, b, t, sp)  # 16-bit bytes, as above
+        per_layer = np.where(np.asarray(op_sac, bool) & (rc == 1), sac, per_layer)
     return e * np.where(rc == 2, full, per_layer)
+
+
+def op_sac_activation_bytes(model: ModelSpec, seq_length: float, micro_batch, tp, sp
+                            ) -> np.ndarray:
+    """Bytes one layer keeps for one micro-batch on one TP rank under torchtitan's op-level
+    selective activation checkpointing (16-bit activations).
+
+    torchtitan 0.3.0 ``SelectiveAC`` (distributed/activation_checkpoint.py; the same policy
+    as the 2024 ``_apply_ac_to_transformer_block`` with ``selective_ac_option = "op"``) wraps
+    each block in a non-reentrant checkpoint whose policy MUST_SAVEs the outputs of the
+    compute-intensive ops (``aten.mm``, the SDPA kernels, ``_c10d_functional.reduce_scatter``
+    and ``aten.max``) except every second ``mm`` of the block (a counter per block forward:
+    odd counts saved, even ones recomputed); everything else is recomputed in the backward.
+    The block's matmuls run wq, wk, wv, wo, w1, w3, w2 (torchtitan's FeedForward:
+    ``w2(silu(w1(x)) * w3(x))``), so the saved ones are wq, wv, w1 and w2. What stays:
+
+    - the block's input (the checkpoint's input), s b h / t with SP, s b h without;
+    - wq's output s b a d / t and wv's s b g d / t (column-parallel: heads split by t);
+    - the flash SDPA's output s b a d / t and its fp32 logsumexp (4 bytes per row and head);
+    - w1's output s b f / t;
+    - w2's output: the row-parallel matmul's local partial sum, s b h per rank before the
+      reduction (all of it at t = 1); with SP the reduce-scatter's output s b h / t is saved
+      as well.
+    """
+    b = np.asarray(micro_batch, dtype=float)
+    t = np.asarray(tp, dtype=float)
+    sp = np.asarray(sp, dtype=bool)
+    h, d, a, g, f = (model.hidden_size, model.head_dim, model.num_attention_heads,
+                     model.num_kv_heads, model.ffn_hidden_size)
+    tokens = float(seq_length) * b
+    sixteen = 2.0 * tokens
+    block_in = sixteen * h / np.where(sp, t, 1.0)
+    column = sixteen * (a * d + g * d + a * d + f) / t  # wq, wv, SDPA output, w1
+    lse = 4.0 * tokens * a / t
+    w2 = sixteen * h * (1.0 + np.where(sp & (t > 1), 1.0 / t, 0.0))
+    return block_in + column + lse + w2
 
 
 def microbatches_in_flight(schedule, pp, m, virtual_stages, stage_index=0) -> np.ndarray:

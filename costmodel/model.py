@@ -62,7 +62,7 @@ from costmodel.schedule import (
 from costmodel.shard import Shard, shard_of
 from costmodel.specs import ClusterSpec, ModelSpec, StagePlanCode, TrainingSpec
 from costmodel.stage_memory import (  # noqa: F401  (re-exported)
-    FP8_WEIGHT_CACHE_BYTES,
+    FP8_COPY_BYTES,
     MemoryResult,
     memory_context,
     peak_memory,
@@ -157,7 +157,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                             plan.groups[0].layers, layer, steady, m, shard.vocab, shard.hidden,
                             model.tied_embeddings, gpu.memory_bandwidth_bytes_per_s)
     cx = memory_context(fw, eff, batch, sharded, shard, layer, plan, m, ea, params.layer,
-                        training.expandable_segments, training.grad_reduce_in_bf16)
+                        training, gpu, model.tied_embeddings)
     cx = cx if moe is None else replace(cx, transient=cx.transient + moe["dispatch_buffers"])
     mem = peak_memory(plan, params, cx, sharded, m, v, sched, groups.nccl_buffers_bytes, eff,
                       gpu.memory_bytes, expert)

@@ -24,15 +24,39 @@ from costmodel.memory import (
 )
 from costmodel.schedule import GPIPE
 from costmodel.shard import Shard
-from costmodel.specs import PRECISIONS
+from costmodel.specs import PRECISIONS, GPUSpec, TrainingSpec
 from costmodel.stages import StageGroup, StageParams, StagePlan, recomputed_layers, select
 
-# Bytes per local layer parameter of Transformer Engine's cached fp8 weight and its fp8
-# transpose (te.Linear fp8 workspaces, reused while is_first_microbatch is False)
-FP8_WEIGHT_CACHE_BYTES = 2.0
+# Transformer Engine's quantised weight copies, bytes per element and orientation: fp8 data
+# (1) and, for the block-scaled recipes, their scales: MXFP8 one E8M0 byte per 32 elements,
+# NVFP4 4-bit data (0.5) and one E4M3 byte per 16 elements, blockwise fp8 one fp32 per
+# 128 x 128 weight block (modern-training.md 5.1; TE recipe/__init__.py)
+FP8_COPY_BYTES = {"delayed": 1.0, "tensorwise": 1.0, "blockwise": 1.0 + 4.0 / (128 * 128),
+                  "mxfp8": 1.0 + 1.0 / 32, "nvfp4": 0.5 + 1.0 / 16}
+# Blackwell (compute capability 10.x): its fp8 GEMMs read a per-tensor-scaled operand in
+# either orientation, so no transposed copy is kept (modern-training.md 5.1, TE
+# performance_considerations.rst)
+BLACKWELL_COMPUTE_CAPABILITY = 100
 # DeepSpeed's gradient all-reduce gathers tensors into one flat buffer until it holds more
 # than this many elements (engine.py allreduce_no_retain, pipe engine MEMORY_OPT_ALLREDUCE_SIZE)
 DEEPSPEED_ALLREDUCE_ELEMENTS = 5e8
+
+
+def fp8_weight_copy_bytes(recipe: str, compute_capability: int) -> float:
+    """Bytes per linear-layer parameter of Transformer Engine's quantised weight copies
+    (te.Linear's fp8 workspaces, cached across a step's micro-batches while
+    is_first_microbatch is False; with ``--fp8-param-gather`` the parameter itself).
+
+    The forward GEMM reads the weight rowwise, the data-gradient GEMM columnwise. Per-tensor
+    scaling (delayed, tensorwise): on Hopper the columnwise operand is a physically transposed
+    fp8 copy (1 + 1 byte); Blackwell reads one copy either way (1 byte). The block-scaled
+    recipes quantise each orientation with its own scales (a quantised tensor and its
+    transpose differ: modern-training.md 5.1), so both copies exist on every GPU: MXFP8
+    2 x (1 + 1/32) = 2.06, NVFP4 2 x (0.5 + 1/16) = 1.125, blockwise fp8 2 x (1 + 4/128^2)."""
+    per = FP8_COPY_BYTES[recipe]
+    both = recipe in ("mxfp8", "nvfp4", "blockwise") or \
+        compute_capability < BLACKWELL_COMPUTE_CAPABILITY
+    return per * (2.0 if both else 1.0)
 
 
 def gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt, bf16_reduce: bool = False):
@@ -138,6 +162,15 @@ class MemoryContext:
     recompute_layers: np.ndarray | None = None
     unsharded_param_bytes: np.ndarray | None = None  # FSDP2 under PP: the gathered weights
     offload_layers: np.ndarray | None = None  # activation offload: layers kept in host memory
+    # --fp8-param-gather: the 16-bit bytes per layer the fp8 parameter replaces (0: none)
+    layer_weights16: np.ndarray | float = 0.0
+    # the loss's freed 16-bit logits the allocator still holds at its backward (on the loss's
+    # stage; reserved, not allocated)
+    logits_cached: np.ndarray | float = 0.0
+    # FSDP2's root unit gathered in 16 bits (bytes): the embedding's on its stage, the output
+    # layer's and final norm's on the loss's (0: not gathered, or the whole stage is)
+    root_embedding: np.ndarray | float = 0.0
+    root_head: np.ndarray | float = 0.0
 
 
 def fragmentation_fraction(eff, expandable_segments: bool = True) -> float:
@@ -150,13 +183,19 @@ def fragmentation_fraction(eff, expandable_segments: bool = True) -> float:
 
 def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCosts,
                    plan: StagePlan, m, act_bytes, layer_params: float,
-                   expandable_segments: bool = True,
-                   grad_reduce_in_bf16: bool = False) -> MemoryContext:
+                   training: TrainingSpec, gpu: GPUSpec,
+                   tied_embeddings: bool = False) -> MemoryContext:
     """What every stage group's memory reads: per-layer activations, the loss's buffers, the
     bytes per parameter of the model states as the framework holds them, engine buffers.
-    ``expandable_segments``: the allocator setting (TrainingSpec.expandable_segments), which
-    sets the fragmentation reserve (:func:`fragmentation_fraction`); ``grad_reduce_in_bf16``
-    (TrainingSpec): Megatron's gradient buffer in 16 bits (:func:`gradient_bytes`)."""
+    From ``training``: the allocator setting (``expandable_segments``), which sets the
+    fragmentation reserve (:func:`fragmentation_fraction`); ``grad_reduce_in_bf16``:
+    Megatron's gradient buffer in 16 bits (:func:`gradient_bytes`); ``fp8_recipe`` and
+    ``fp8_param_gather`` with the ``gpu``'s compute capability: Transformer Engine's weight
+    copies (:func:`fp8_weight_copy_bytes`). ``tied_embeddings``: one matrix for the
+    embedding and the output layer (ModelSpec)."""
+    expandable_segments = training.expandable_segments
+    grad_reduce_in_bf16 = training.grad_reduce_in_bf16
+    fp8_param_gather = training.fp8_param_gather
     prec, z, d, bf16_opt = batch.precision, opt.zero, opt.dp, opt.bf16_optimizer
     t, tokens, h, V, single = shard.tp, shard.tokens, shard.hidden, shard.vocab, plan.single
     sched = batch.schedule
@@ -176,20 +215,28 @@ def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCost
     # output buffer until the micro-batch's backward (pipe_buffers["outputs"])
     saved = fw.memory.logits_saved_bytes + np.where(fw.pipeline.pipe_buffers & ~single, 2.0, 0.0)
     logits = (saved * infl_loss + fw.memory.logits_transient_bytes) * tokens * V / t
+    logits_cached = fw.memory.logits_cached_bytes * tokens * V / t
     gm, g_part = gradient_bytes(fw, prec, pb, gb, z, d, bf16_opt, grad_reduce_in_bf16)
     # PyTorch FSDP FULL_SHARD keeps no 16-bit shard: the fp32 flat-parameter shard (the
     # master, counted with the optimizer states) is cast to 16 bits when a unit is gathered
     pw = np.where(fw.dp.fp32_flat_shard & (z >= 3) & (pb < 4.0), 0.0, pb)
-    # Transformer Engine's fp8 copies of each layer's linear weights, and their transposes
-    # for the backward on Hopper, cached across the step's micro-batches where the framework
-    # passes is_first_microbatch (Megatron-Core): FP8_WEIGHT_CACHE_BYTES per local layer
-    # parameter beside the 16-bit weights (--fp8-param-gather, which keeps no 16-bit copy,
-    # is not modelled)
-    cache = np.where((prec == PRECISIONS.index("fp8")) & fw.memory.fp8_weight_cache & (z < 3),
-                     FP8_WEIGHT_CACHE_BYTES * layer_params / t, 0.0)
-    # ZeRO-3's two layers of gathered parameters (prefetch); FSDP2 under PP keeps the whole
-    # stage gathered instead (stage_memory)
-    zbuf = np.where((z >= 3) & ~opt.once, 2.0 * layer_params / t * pb, 0.0)
+    # Transformer Engine's quantised copies of each layer's linear weights (per recipe and
+    # GPU: fp8_weight_copy_bytes), cached across the step's micro-batches where the framework
+    # passes is_first_microbatch (Megatron-Core), beside the 16-bit weights; with
+    # --fp8-param-gather the fp8 copy is the parameter and the layers keep no 16-bit weights
+    # (the fp32 master stays in the optimizer states; embedding, output layer and norms stay
+    # 16-bit: Transformer Engine quantises its linears only)
+    fp8 = prec == PRECISIONS.index("fp8")
+    te_cache = fp8 & fw.memory.fp8_weight_cache & (z < 3)
+    cache = np.where(te_cache, fp8_weight_copy_bytes(training.fp8_recipe,
+                                                     gpu.compute_capability)
+                     * layer_params / t, 0.0)
+    weights16 = np.where(te_cache & fp8_param_gather, pb * layer_params / t, 0.0)
+    # ZeRO-3's two layers of gathered parameters (prefetch), in fp8 where the all-gather is
+    # (torchtitan's enable_fsdp_float8_all_gather: Float8Linear weights gathered as fp8);
+    # FSDP2 under PP keeps the whole stage gathered instead (stage_memory)
+    gathered_b = np.where(fp8 & fp8_param_gather, 1.0, pb)
+    zbuf = np.where((z >= 3) & ~opt.once, 2.0 * layer_params / t * gathered_b, 0.0)
     # BF16_Optimizer reduces its fp32 gradients through the cast counted in the step copy,
     # not a bucket
     engine = (np.where(bf16_opt, 0.0, fw.memory.reduce_bucket_bytes)
@@ -200,13 +247,31 @@ def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCost
     # two activations per in-flight micro-batch (calibrated: FrameworkCosts.pipeline)
     pipe_act = 2.0 * tokens * h * act_bytes if fw.pipeline.pipe_buffers else None
     transient = np.where(batch.recompute == 2, layer.full_activation_bytes, 0.0)
+    if fw.kernels.selective_op_sac:
+        # op-level SAC (torchtitan): a block's backward first recomputes what its policy did
+        # not save, one block at a time
+        sac = np.maximum(layer.full_activation_bytes - layer.activation_bytes, 0.0)
+        transient = np.where(batch.recompute == 1, sac, transient)
+    root_emb = root_head = 0.0
+    if fw.memory.fsdp_root_gathered:
+        # FSDP2's root unit (torchtitan 2024: the model itself, holding the embedding, final
+        # norm and output layer; 0.3.0 wraps the embedding alone, resharded after forward, and
+        # the norm with the output layer, kept gathered): its 16-bit weights stay gathered
+        # from its forward into the backward. Where FSDP2 runs under PP the whole stage is
+        # gathered already (Sharding.once)
+        root = (z >= 3) & ~opt.once & (pb < 4.0)
+        table = pb * V * h / t
+        root_emb = np.where(root, table, 0.0)
+        root_head = np.where(root & ~(tied_embeddings & single), table + pb * h, 0.0)
     if np.any(batch.cp > 1):  # the CP buffers of the layer being run (costmodel.cp)
         transient = np.where(batch.cp > 1, transient + layer.cp_buffer_bytes, transient)
     return MemoryContext(layer.activation_bytes, layer.full_activation_bytes, transient,
                          logits, pipe_act, pw, gm, ob, g_part,
                          grad_wire_bytes(fw, prec, optimizer_dtype=opt_dtype), cache, engine,
                          step_grad, keep, batch.recompute_num_layers, pb,
-                         batch.cpu_offloading_num_layers)
+                         batch.cpu_offloading_num_layers, layer_weights16=weights16,
+                         logits_cached=logits_cached, root_embedding=root_emb,
+                         root_head=root_head)
 
 
 def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: StagePlan, m, v,
@@ -234,7 +299,8 @@ def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: Sta
     logits = select(g.head, cx.logits, np.zeros(cx.logits.shape))
     w, gr, o = model_state_bytes(psi, cx.param_bytes, cx.grad_bytes, cx.optimizer_bytes,
                                  opt.zero, opt.dp)
-    w = w + g.layers * cx.cache
+    w = w + g.layers * (cx.cache - cx.layer_weights16)
+    w = w + select(g.embedding, cx.root_embedding, 0.0) + select(g.head, cx.root_head, 0.0)
     if opt.once.any():
         # FSDP2 under PP (torchtitan): the stage's parameters stay gathered in 16 bits for the
         # whole step, and the unsynced gradients accumulate unsharded in fp32 until the last
@@ -266,7 +332,7 @@ def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: Sta
     # share of fragmented reserve; the optimizer step holds the fp32 gradient copy once
     # they are freed, with only the engine's and autograd's gradients' reserve left.
     kept = (cx.engine + cx.step_grad * psi) * cx.keep
-    res = (act + logits) * cx.keep + kept
+    res = (act + logits) * cx.keep + kept + select(g.head, cx.logits_cached, 0.0)
     state = w + gr + o
     return StageMemory(w, gr, o, act, logits, copy, res, kept, state + act + logits + res,
                        state + copy + kept)

@@ -306,6 +306,21 @@ def _precision_aware_optimizer(ctx: Context, b: ConfigBatch) -> np.ndarray:
                                                  & (ctx.training.framework == "megatron"))
 
 
+def _torchtitan_expresses(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # framework torchtitan (what optimizer.launch.flags.torchtitan_refusal refuses to emit):
+    # FSDP2 shards parameters, gradients and optimizer states together (ZeRO-2: reshard after
+    # forward never; ZeRO-3: always), so there is no sharded-optimizer-only ZeRO-1; DP without
+    # sharding is DDP, which torchtitan composes with no other parallelism; its context
+    # parallelism all-gathers the K/V shards (context_parallel_rotate_method default
+    # "allgather", modern-training.md 1.7; no Ulysses a2a or a2a+p2p); mixed_precision_param
+    # is bfloat16 or float32 (no fp16)
+    if ctx.training.framework != "torchtitan":
+        return np.ones(b.tp.shape, dtype=bool)
+    ddp_nd = (b.zero_stage < 2) & (b.dp > 1) & ((b.tp > 1) | (b.pp > 1))
+    cp_ok = (b.cp == 1) | (b.cp_comm_type == CpCommType.ALL_GATHER)
+    return (b.zero_stage != 1) & ~ddp_nd & cp_ok & (b.precision != Precision.FP16)
+
+
 def _zero_needs_dp(ctx: Context, b: ConfigBatch) -> np.ndarray:
     # the distributed optimizer shards over the data-parallel group with CP (dp x cp)
     return (b.zero_stage == 0) | (b.dp * b.cp > 1)
@@ -595,6 +610,13 @@ PRECISION_AWARE_OPTIMIZER = Rule(
     "gradients) needs bf16 or fp8 training with framework megatron",
     _precision_aware_optimizer, frozenset({"precision_aware_optimizer", "precision"}),
     lambda c, r: f"precision={r['precision']}, framework={c.training.framework}")
+TORCHTITAN_EXPRESSES = Rule(
+    "torchtitan_expresses", "framework torchtitan: ZeRO 0 (DDP, only without tp or pp), 2 or "
+    "3 (FSDP2); context parallelism all-gathers K/V (cp_comm_type all_gather); no fp16",
+    _torchtitan_expresses,
+    frozenset({"zero_stage", "dp", "tp", "pp", "cp", "cp_comm_type", "precision"}),
+    lambda c, r: f"zero_stage={r['zero_stage']}, dp={r['dp']}, tp={r['tp']}, pp={r['pp']}, "
+                 f"cp={r['cp']} ({r['cp_comm_type']}), precision={r['precision']}")
 ZERO_NEEDS_DP = Rule(
     "zero_needs_dp", "ZeRO shards over the data-parallel group (with CP: dp x cp), so "
     "zero_stage > 0 needs dp * cp > 1",
@@ -633,7 +655,7 @@ ALL_RULES: tuple[Rule, ...] = (
     BATCH_DIVISIBLE, INTERLEAVED_NEEDS_PP, VIRTUAL_STAGES_DIVIDE_LAYERS,
     BALANCED_PLAN_MOVES_LAYERS, ZERO_BUBBLE_NEEDS_PP, V_SCHEDULE_CHUNKS,
     INTERLEAVED_MICROBATCHES, SP_NEEDS_TP, FP8_HARDWARE, FP8_ALIGNMENT, PRECISION_HARDWARE,
-    ZERO3_NO_PP, ZERO_NEEDS_DP, NCCL_GATES, CP_WITHIN_WORLD, CP_SPLITS_SEQUENCE,
+    ZERO3_NO_PP, ZERO_NEEDS_DP, TORCHTITAN_EXPRESSES, NCCL_GATES, CP_WITHIN_WORLD, CP_SPLITS_SEQUENCE,
     CP_NEEDS_FLASH_ATTENTION, CP_COMM_TYPE,
     PARTIAL_RECOMPUTE, PRECISION_AWARE_OPTIMIZER, ACTIVATION_OFFLOAD,
     EXPERTS_ONLY_MOE, EP_DIVIDES_EXPERTS, EXPERT_GRID, ETP_DIVIDES_FFN, EP_WITHIN_DOMAIN,

@@ -260,9 +260,11 @@ def test_optuna_encoding_tokens() -> None:
            "cpu_offloading_num_layers")
     assert list(desc) == [p for p in osr.PARAM_ORDER if p not in new]
     assert desc["recompute_num_layers"] == [0, 1, 2, 4, 8]
-    # every v <= 8 that pp x v divides 80 layers with
+    # every v <= 8 that pp x v divides 80 layers with, and the fine-grained 10 and 20
+    # (chunks of one or two layers; 16, on pp 5 alone, breaks a batch rule there)
     assert "tp4_pp4" in desc["layout"] and desc["schedule"] == [
-        "1f1b", "interleaved_v2", "interleaved_v4", "interleaved_v5", "interleaved_v8"]
+        "1f1b", "interleaved_v2", "interleaved_v4", "interleaved_v5", "interleaved_v8",
+        "interleaved_v10", "interleaved_v20"]
     assert desc["recompute"] == ["none", "selective", "full"]
     assert desc["sequence_parallel"] == [False, True] and desc["nccl_algo"] == ["auto"]
     row = 7

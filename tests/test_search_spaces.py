@@ -203,6 +203,30 @@ def test_zero_rules() -> None:
     assert explain(CTX, {"tp": 4, "pp": 2, "zero_stage": 1}) == []  # dp = 2
 
 
+def test_torchtitan_expresses() -> None:
+    # framework torchtitan: FSDP2 (ZeRO 2/3) or DDP alone; no ZeRO-1, no Ulysses CP, no fp16
+    tt = Context(LLAMA_65B, cluster(H100), replace(TRAIN, seq_length=8192,
+                                                   framework="torchtitan"))
+    assert "torchtitan_expresses" in broken(tt, tp=4, pp=2, zero_stage=1)  # dp = 2
+    assert "torchtitan_expresses" in broken(tt, tp=4, pp=2, zero_stage=0)  # DDP with TP/PP
+    for z in (2, 3):
+        assert "torchtitan_expresses" not in broken(tt, tp=4, pp=2, zero_stage=z)
+    assert "torchtitan_expresses" not in broken(tt, tp=1, pp=1, zero_stage=0)  # 1-D DDP
+    assert "torchtitan_expresses" not in broken(tt, tp=4, cp=2, cp_comm_type="all_gather",
+                                                zero_stage=3)
+    for ct in ("p2p", "a2a", "a2a+p2p"):
+        assert "torchtitan_expresses" in broken(tt, tp=4, cp=2, cp_comm_type=ct, zero_stage=3)
+    assert "torchtitan_expresses" in broken(tt, tp=4, pp=2, zero_stage=3, precision="fp16")
+    # Megatron keeps them all
+    mg = replace(tt, training=replace(tt.training, framework="megatron"))
+    assert "torchtitan_expresses" not in broken(mg, tp=4, pp=2, zero_stage=1, cp=2,
+                                                cp_comm_type="a2a")
+    # the default space searches what torchtitan has
+    space = default_space(LLAMA_65B, tt.cluster, replace(tt.training, global_batch_size=8))
+    assert space.zero_stage == (0, 2, 3) and space.cp_comm_type == ("p2p", "all_gather")
+    assert default_space(LLAMA_65B, mg.cluster, mg.training).zero_stage == (0, 1, 3)
+
+
 # NCCL gates ---------------------------------------------------------------------------------
 H100_1NODE = Context(LLAMA_65B, cluster(H100, nodes=1), TRAIN)
 H100_2NODES = Context(LLAMA_65B, cluster(H100, nodes=2), TRAIN)
@@ -300,8 +324,10 @@ def test_default_space_175b_on_1024_a100() -> None:
     assert space.zero_stage == (0, 1, 3)
     assert space.schedule == ("1f1b", "interleaved")
     # every v up to 8 that some default pp interleaves: 96 = pp * v * k (5, 7: none; the
-    # one uneven pp, 64, holds 2 layers on its middle stages)
-    assert space.virtual_stages == (1, 2, 3, 4, 6, 8)
+    # one uneven pp, 64, holds 2 layers on its middle stages); beyond 8, up to 24, the counts
+    # that split 96 layers into chunks of one or two on some pp: 12 (pp 4, 8), 16 (pp 3, 6),
+    # 24 (pp 2, 4); not 9-11, 13-15, 17-23 (no pp gives them chunks that small)
+    assert space.virtual_stages == (1, 2, 3, 4, 6, 8, 12, 16, 24)
     assert space.stage_plan == ("default", "balanced")
     assert space.recompute_num_layers == (0, 1, 2, 4, 8)
     assert space.cp == (1,)  # 2k tokens: no context parallelism
@@ -342,6 +368,21 @@ def test_default_space_offers_uneven_pipeline_splits() -> None:
                                                             virtual_stages=v), v
     assert "virtual_stages_divide_layers" in broken(ctx, tp=8, pp=16, schedule="interleaved",
                                                     virtual_stages=9)
+
+
+def test_default_space_offers_fine_grained_interleaving() -> None:
+    # Megatron-Bridge's presets interleave Llama 3 70B (80 layers) as pp 2 x v 20 (GB300 SFT,
+    # 2 layers a chunk) and pp 8 x v 10 (GB200 SFT, 1 layer): both in the default space and
+    # valid; v 40 (pp 2, 1 layer a chunk) is past the cap of 24
+    l70 = ModelSpec("l70", 80, 8192, 64, 28672, 128256, num_kv_heads=8)
+    ctx = Context(l70, cluster(H100, nodes=4), TrainingSpec(4096, 32))
+    space = default_space(l70, ctx.cluster, ctx.training)
+    assert {10, 20} <= set(space.virtual_stages) and max(space.virtual_stages) <= 24
+    assert 9 not in space.virtual_stages  # 80 = pp * 9 * k for no pp
+    for pp, v in ((2, 20), (8, 10)):
+        assert "virtual_stages_divide_layers" not in broken(ctx, tp=1, pp=pp,
+                                                            schedule="interleaved",
+                                                            virtual_stages=v), (pp, v)
 
 
 def test_default_space_caps() -> None:

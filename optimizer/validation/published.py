@@ -345,10 +345,25 @@ def reduces_in_bf16(group: str, par: Mapping[str, Any], flags: FrameworkFlags) -
     return flags.framework == "megatron" and ("bridge" in group.lower() or "bridge" in fw)
 
 
+# Groups whose source's launch script passes Megatron's --fp8-param-gather: Megatron-LM's
+# examples/llama README tables were measured with examples/llama/train_llama3_8b_h100_fp8.sh
+# ("--fp8-format hybrid --fp8-param-gather --use-distributed-optimizer --overlap-grad-reduce
+# --overlap-param-gather", reference/ecosystem.md)
+FP8_PARAM_GATHER_GROUPS = ("megatron_lm_examples_llama_fp8",)
+
+
 def gathers_in_fp8(group: str, par: Mapping[str, Any]) -> bool:
-    """torchtitan's Float8 runs all-gather their FSDP2 parameters in fp8: its float8 recipes
-    (llama3_405b.toml, and the docs' float8 runs) set enable_fsdp_float8_all_gather and
-    precompute_float8_dynamic_scale_for_fsdp, "recommended for tensorwise"."""
+    """Whether the run's fp8 parameters are the gathered (and kept) weights: torchtitan's
+    Float8 runs all-gather their FSDP2 parameters in fp8 (its float8 recipes,
+    llama3_405b.toml and the docs' float8 runs, set enable_fsdp_float8_all_gather and
+    precompute_float8_dynamic_scale_for_fsdp, "recommended for tensorwise"); Megatron's
+    ``--fp8-param-gather`` where the entry says so (``parallel.fp8_param_gather``) or its
+    group's launch script does (FP8_PARAM_GATHER_GROUPS)."""
+    given = _bool_field(par.get("fp8_param_gather"))
+    if given is not None:
+        return given
+    if group in FP8_PARAM_GATHER_GROUPS:
+        return True
     return group.startswith("torchtitan") and "float8" in str(par.get("precision") or
                                                               "").lower()
 

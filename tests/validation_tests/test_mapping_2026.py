@@ -311,6 +311,26 @@ def test_2026_ooms_and_reserved_memory_are_reported(result):
     assert result["reserved_memory"]["count"] >= 4
 
 
+def test_torchtitan_reserved_memory_within_ten_percent(result):
+    """Issue 23: torchtitan's measured peaks (max reserved memory) within 10%, and its OOM
+    runs predicted not to fit (op-level SAC, the fp32 loss, the gathered FSDP2 root)."""
+    rm = result["reserved_memory"]
+    assert rm["count"] >= 8
+    assert rm["mape"] <= 0.10 and rm["max_ape"] <= 0.10
+    tt = [x for x in result["oom"]["runs"] if x["id"].startswith("torchtitan")]
+    assert len(tt) >= 2 and not any(x["predicted_to_fit"] for x in tt)
+
+
+def test_fp8_param_gather_follows_the_source():
+    """Megatron-LM's llama examples (train_llama3_8b_h100_fp8.sh) pass --fp8-param-gather;
+    torchtitan's Float8 rows gather in fp8; an entry's own field wins."""
+    assert v.gathers_in_fp8("megatron_lm_examples_llama_fp8", {})
+    assert not v.gathers_in_fp8("megatron_lm_examples_llama_fp8", {"fp8_param_gather": False})
+    assert not v.gathers_in_fp8("mbridge_perf_dense_h100", {"precision": "FP8"})
+    assert v.gathers_in_fp8("mbridge_perf_dense_h100", {"fp8_param_gather": True})
+    assert v.map_entry(TORCHTITAN_ROW).training.fp8_param_gather
+
+
 def test_the_2026_file_leaves_the_calibrated_figures_unchanged(data_dir, result, tmp_path):
     old = tmp_path / "old"
     old.mkdir()
