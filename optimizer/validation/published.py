@@ -42,12 +42,14 @@ Mapping (``../shared/validation/README.md``, followed exactly)
 - Layout: tp, pp, dp, micro_batch (torchtitan's ``local_batch`` when pp = 1), global_batch;
   vpp > 1 -> interleaved with vpp virtual stages, else 1F1B; recompute = first word (absent
   or "not stated" -> full; torchtitan's "selective (layer)" -> full recompute of every
-  second block, its "selective (op)" -> its op-level SAC); ``recipe_hint`` first (``recompute_modules`` -> selective, the
-  model's nearest; recompute layer counts -> partial, skipped); ZeRO from zero_stage (FSDP
-  FULL_SHARD = 3, SHARD_GRAD_OP = 2, absent or "not stated" = 0); sequence_parallel as given
-  (absent = off, except torchtitan, whose TP plan is sequence parallel: on when tp > 1). Precision from ``precision_norm`` where the README lists it (bf16; fp8,
-  blockwise fp8, mxfp8 and nvfp4 are scored as fp8, the nearest precision the model has, and
-  the recipe is kept in ``Run.precision_recipe``), else from the text outside parentheses:
+  second block, its "selective (op)" -> its op-level SAC); ``recipe_hint`` first
+  (``recompute_modules`` -> selective, the model's nearest; recompute layer counts ->
+  partial, skipped); ZeRO from zero_stage (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2, absent or
+  "not stated" = 0); sequence_parallel as given (absent = off, except torchtitan, whose TP
+  plan is sequence parallel: on when tp > 1). Precision from ``precision_norm`` where the
+  README lists it (bf16; fp8, blockwise fp8, mxfp8 and nvfp4 are scored as fp8, the nearest
+  precision the model has, and the recipe is kept in ``Run.precision_recipe``; the weight
+  copies follow the recipe), else from the text outside parentheses:
   fp8 if it says fp8 (or float8), bf16 if it says bf16, else fp16 (so BLOOM's "fp16 mixed
   (inferred: ... bf16 optimizer testing starts there ...)" is fp16, "amp_bf16" is bf16).
 - vTrain rows (both files): A100 80GB nodes of 8, fp16, full recompute, 1F1B, ZeRO 0, ffn 4h,
