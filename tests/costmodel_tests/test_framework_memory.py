@@ -87,6 +87,13 @@ def test_fp8_weight_copies_per_recipe_and_gpu(recipe, cc, nbytes):
     assert fp8_weight_copy_bytes(recipe, cc) == pytest.approx(nbytes)
 
 
+def test_every_recipe_has_its_weight_copy_bytes():
+    from costmodel.calibration import FP8_RECIPES
+    from costmodel.stage_memory import FP8_COPY_BYTES
+
+    assert set(FP8_COPY_BYTES) == set(FP8_RECIPES)
+
+
 def _megatron(gpu, recipe, param_gather):
     pr = resolve_problem(model="llama3-8b", gpus=8, gpu=gpu, seq_length=8192,
                          global_batch_size=64, training={"fp8_recipe": recipe})
