@@ -1,7 +1,8 @@
 """torchtitan 0.3's own activation-checkpoint policies on a Llama block (CPU, bf16): the bytes
 a block keeps after its forward are what costmodel.memory predicts for torchtitan's op-level
 SAC (``SelectiveAC``: wq, wv, w1, w2 outputs, SDPA output + logsumexp, the block's input) and
-for full recompute (``FullAC``: the input only)."""
+for full recompute (``FullAC``: the input only). torchtitan's own loss: the allocated peak of
+its fp32 cross entropy per logit is the framework profile's."""
 
 from __future__ import annotations
 
@@ -121,3 +122,35 @@ def test_full_ac_keeps_the_block_input(titan):
     predicted = float(layer_activation_bytes(_spec(), SEQ, BATCH, 1, False, 2,
                                              flash_attention=True, dropout=False))
     assert measured == pytest.approx(predicted, rel=0.02)
+
+
+def test_loss_peak_bytes_per_logit(titan):
+    """torchtitan's cross_entropy_loss on 16-bit logits, freed before the backward as its
+    train step does ("del pred"): the CPU allocations' peak over the step is
+    FrameworkCosts.memory's logits_saved_bytes + logits_transient_bytes per logit (the fp32
+    log-softmax output kept, the backward's two fp32 gradients)."""
+    torch, _ = titan
+    loss_mod = rc.require("torchtitan.components.loss")
+    from torch.profiler import ProfilerActivity, profile
+
+    from costmodel.calibration import FRAMEWORKS
+
+    n, vocab, h = 2048, 8192, 64
+    torch.manual_seed(0)
+    w = torch.randn(vocab, h, dtype=torch.bfloat16, requires_grad=True)
+    x = torch.randn(1, n, h, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, vocab, (1, n))
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        pred = x @ w.t()
+        loss = loss_mod.cross_entropy_loss(pred, labels)
+        del pred
+        loss.backward()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]")
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    mem = FRAMEWORKS["torchtitan"].memory
+    assert peak / (n * vocab) == pytest.approx(
+        mem.logits_saved_bytes + mem.logits_transient_bytes, rel=0.01)
