@@ -19,11 +19,12 @@ holds memory back: the recommendation is the fastest configuration under the lim
 diagnosis reports the margin instead of a second "headroom" threshold.
 
 Default margin: 0.02 of the GPU's memory (1.6 GB of an 80 GB GPU): the model's median
-under-prediction of measured peaks (BLOOM's nvidia-smi peaks: -2.0%), while admitting
-production layouts that run close to the GPU's memory (Llama 3 70B FP8 on 64 H100, TP4 PP8 VP5:
-76.9 of 79.6 GiB predicted). 0.00-0.02 leave 36-37 of 1,058 runs that ran predicted not to fit;
-0.03 refuses twelve more (0.970-0.985 of their GPU: GB200 405B MXFP8, Qwen3 30B on H100,
-llm-foundry); docs/memory-verdict.md has the table.
+under-prediction of measured peaks (BLOOM's nvidia-smi peaks: -2.0%; torchtitan's reserved
+peaks: +1.3% mean), while admitting production layouts that run close to the GPU's memory
+(Llama 3 70B FP8 on 64 H100, TP4 PP8 VP5 with --fp8-param-gather: 72.9 of 79.6 GiB
+predicted). Of 1,058 runs that ran, 0.00-0.01 leave 24 predicted not to fit (all over the GPU's
+memory itself), 0.02 30 (six at 0.980-0.985 of their GPU: GB200 405B MXFP8, llm-foundry), 0.03
+37; docs/memory-verdict.md has the table and the reason for each exception.
 """
 
 from __future__ import annotations

@@ -164,6 +164,9 @@ class MemoryContext:
     offload_layers: np.ndarray | None = None  # activation offload: layers kept in host memory
     # --fp8-param-gather: the 16-bit bytes per layer the fp8 parameter replaces (0: none)
     layer_weights16: np.ndarray | float = 0.0
+    # the same two per parameter, for the routed experts' weights (TE's grouped linears)
+    fp8_copy_per_param: np.ndarray | float = 0.0
+    weights16_per_param: np.ndarray | float = 0.0
     # the loss's freed 16-bit logits the allocator still holds at its backward (on the loss's
     # stage; reserved, not allocated)
     logits_cached: np.ndarray | float = 0.0
@@ -228,10 +231,10 @@ def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCost
     # 16-bit: Transformer Engine quantises its linears only)
     fp8 = prec == PRECISIONS.index("fp8")
     te_cache = fp8 & fw.memory.fp8_weight_cache & (z < 3)
-    cache = np.where(te_cache, fp8_weight_copy_bytes(training.fp8_recipe,
-                                                     gpu.compute_capability)
-                     * layer_params / t, 0.0)
-    weights16 = np.where(te_cache & fp8_param_gather, pb * layer_params / t, 0.0)
+    copy_b = np.where(te_cache, fp8_weight_copy_bytes(training.fp8_recipe,
+                                                      gpu.compute_capability), 0.0)
+    w16_b = np.where(te_cache & fp8_param_gather, pb, 0.0)
+    cache, weights16 = copy_b * layer_params / t, w16_b * layer_params / t
     # ZeRO-3's two layers of gathered parameters (prefetch), in fp8 where the all-gather is
     # (torchtitan's enable_fsdp_float8_all_gather: Float8Linear weights gathered as fp8);
     # FSDP2 under PP keeps the whole stage gathered instead (stage_memory)
@@ -271,7 +274,8 @@ def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCost
                          step_grad, keep, batch.recompute_num_layers, pb,
                          batch.cpu_offloading_num_layers, layer_weights16=weights16,
                          logits_cached=logits_cached, root_embedding=root_emb,
-                         root_head=root_head)
+                         root_head=root_head, fp8_copy_per_param=copy_b,
+                         weights16_per_param=w16_b)
 
 
 def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: StagePlan, m, v,
@@ -319,6 +323,8 @@ def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: Sta
         psi_e, edp = expert
         we, ge, oe = model_state_bytes(psi_e, cx.param_bytes, cx.grad_bytes,
                                        cx.optimizer_bytes, opt.zero, edp)
+        # TE's grouped expert linears keep their fp8 weight copies too
+        we = we + psi_e * (cx.fp8_copy_per_param - cx.weights16_per_param)
         w, gr, o = w + we, gr + ge, o + oe
         copy = copy + psi_e * reduce_copy_bytes(opt.bf16_optimizer, cx.gcomm, cx.g_part, psi_e)
         psi = psi + psi_e

@@ -41,12 +41,15 @@ Mapping (``../shared/validation/README.md``, followed exactly)
   notes say "no biases", learned positions unless ALiBi/RoPE (MPT, BLOOM: ALiBi).
 - Layout: tp, pp, dp, micro_batch (torchtitan's ``local_batch`` when pp = 1), global_batch;
   vpp > 1 -> interleaved with vpp virtual stages, else 1F1B; recompute = first word (absent
-  or "not stated" -> full); ``recipe_hint`` first (``recompute_modules`` -> selective, the
-  model's nearest; recompute layer counts -> partial, skipped); ZeRO from zero_stage (FSDP
-  FULL_SHARD = 3, SHARD_GRAD_OP = 2, absent or "not stated" = 0); sequence_parallel as given
-  (absent = off, except torchtitan, whose TP plan is sequence parallel: on when tp > 1). Precision from ``precision_norm`` where the README lists it (bf16; fp8,
-  blockwise fp8, mxfp8 and nvfp4 are scored as fp8, the nearest precision the model has, and
-  the recipe is kept in ``Run.precision_recipe``), else from the text outside parentheses:
+  or "not stated" -> full; torchtitan's "selective (layer)" -> full recompute of every
+  second block, its "selective (op)" -> its op-level SAC); ``recipe_hint`` first
+  (``recompute_modules`` -> selective, the model's nearest; recompute layer counts ->
+  partial, skipped); ZeRO from zero_stage (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2, absent or
+  "not stated" = 0); sequence_parallel as given (absent = off, except torchtitan, whose TP
+  plan is sequence parallel: on when tp > 1). Precision from ``precision_norm`` where the
+  README lists it (bf16; fp8, blockwise fp8, mxfp8 and nvfp4 are scored as fp8, the nearest
+  precision the model has, and the recipe is kept in ``Run.precision_recipe``; the weight
+  copies follow the recipe), else from the text outside parentheses:
   fp8 if it says fp8 (or float8), bf16 if it says bf16, else fp16 (so BLOOM's "fp16 mixed
   (inferred: ... bf16 optimizer testing starts there ...)" is fp16, "amp_bf16" is bf16).
 - vTrain rows (both files): A100 80GB nodes of 8, fp16, full recompute, 1F1B, ZeRO 0, ffn 4h,
@@ -377,6 +380,26 @@ def runs_torchtitan(group: str, par: Mapping[str, Any]) -> bool:
     ``SequenceParallel()`` for attention_norm / ffn_norm / norm unconditionally)."""
     return group.startswith("torchtitan") or "torchtitan" in str(
         par.get("framework", "")).lower()
+
+
+# torchtitan's layer-level selective checkpointing wraps every ac_freq-th block in a full
+# checkpoint (selective_ac_option = "2", its default, in the 2024 configs the data quote)
+TORCHTITAN_LAYER_SAC_FREQ = 2
+
+
+def torchtitan_layer_sac(group: str, par: Mapping[str, Any], recompute: str, layers: int,
+                         pp: int) -> tuple[str, int]:
+    """(recompute, recompute_num_layers) of an entry. torchtitan's "selective (layer)"
+    checkpointing is not its op-level SAC: ``_apply_ac_to_transformer_block`` (2024,
+    ``selective_ac_option`` an integer) fully checkpoints every second block and leaves the
+    others whole, which is full recompute of half a stage's layers (Megatron-Core's block
+    method with N = layers / 2: the same memory and recompute time at pp = 1). Other entries
+    keep their recompute and every layer (0)."""
+    text = str(par.get("recompute") or "").lower()
+    if not (runs_torchtitan(group, par) and recompute == "selective"
+            and re.search(r"\blayer\b|selective_layer", text)):
+        return recompute, 0
+    return "full", max(1, layers // (pp * TORCHTITAN_LAYER_SAC_FREQ))
 
 
 def overlaps_p2p(entry: Mapping[str, Any], flags: FrameworkFlags) -> bool:
@@ -1122,6 +1145,8 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
     sp = _bool_field(par.get("sequence_parallel"))
     if sp is None:
         sp = (nemo or runs_torchtitan(group, par)) and tp > 1
+    recompute, recompute_layers = torchtitan_layer_sac(group, par, recompute, spec.num_layers,
+                                                       pp)
     experts = {}
     if moe is not None:  # etp not stated: 1, the MoE recipes' setting (MoE README)
         experts = dict(ep=_as_int(par.get("ep")) or 1, etp=_as_int(par.get("etp")) or 1)
@@ -1135,7 +1160,7 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             cp_comm_type=cp_comm_type_of(group, par) if cp > 1 else "p2p",
                             micro_batch_size=mbs, precision=precision,
                             recompute=recompute, sequence_parallel=bool(sp) and tp > 1,
-                            zero_stage=zero,
+                            recompute_num_layers=recompute_layers, zero_stage=zero,
                             schedule="interleaved" if vpp > 1 else "1f1b",
                             virtual_stages=vpp if vpp > 1 else 1, **experts)
     except InputError as e:

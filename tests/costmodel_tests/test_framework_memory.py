@@ -87,6 +87,13 @@ def test_fp8_weight_copies_per_recipe_and_gpu(recipe, cc, nbytes):
     assert fp8_weight_copy_bytes(recipe, cc) == pytest.approx(nbytes)
 
 
+def test_every_recipe_has_its_weight_copy_bytes():
+    from costmodel.calibration import FP8_RECIPES
+    from costmodel.stage_memory import FP8_COPY_BYTES
+
+    assert set(FP8_COPY_BYTES) == set(FP8_RECIPES)
+
+
 def _megatron(gpu, recipe, param_gather):
     pr = resolve_problem(model="llama3-8b", gpus=8, gpu=gpu, seq_length=8192,
                          global_batch_size=64, training={"fp8_recipe": recipe})
@@ -110,3 +117,23 @@ def test_fp8_copies_follow_the_recipe_and_param_gather_drops_the_16_bit_weights(
     # --fp8-param-gather: the layers' fp8 copy is the parameter, no 16-bit weights beside it
     assert weights(hopper) - weights(gather) == pytest.approx(2.0 * layers_params)
     assert np.all(gather.memory.peak_bytes < hopper.memory.peak_bytes)
+
+
+def test_moe_expert_weights_have_their_fp8_copies():
+    """Transformer Engine's grouped expert linears cache fp8 weights as its dense linears do:
+    per-tensor fp8 on Hopper keeps one byte per parameter more than on Blackwell for the
+    routed experts as well."""
+    def weights(gpu):
+        pr = resolve_problem(model="qwen3-30b-a3b", gpus=8, gpu=gpu, seq_length=4096,
+                             global_batch_size=64, training={"fp8_recipe": "tensorwise"})
+        ph = _phases(pr, tp=1, pp=1, dp=8, ep=8, micro_batch_size=1, recompute="full",
+                     precision="fp8", zero_stage=1)
+        return pr.model, float(ph.memory.breakdown_bytes["weights"][0])
+
+    model, hopper = weights("h100-sxm-80gb")
+    _, blackwell = weights("b200")
+    from costmodel.moe import expert_param_split
+
+    non_expert, expert = expert_param_split(model)
+    per_gpu = model.num_layers * (non_expert + expert / 8)  # experts split over ep = 8
+    assert hopper - blackwell == pytest.approx(per_gpu, rel=0.02)

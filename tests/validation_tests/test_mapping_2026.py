@@ -321,6 +321,18 @@ def test_torchtitan_reserved_memory_within_ten_percent(result):
     assert len(tt) >= 2 and not any(x["predicted_to_fit"] for x in tt)
 
 
+def test_torchtitan_layer_sac_is_full_recompute_of_every_second_block():
+    """torchtitan's "selective (layer)" fully checkpoints every second block; "selective
+    (op)" stays its op-level SAC; other frameworks' "selective" is unchanged."""
+    bf16 = {"precision": "BF16"}
+    layer = v.map_entry(_with(TORCHTITAN_ROW, parallel={**bf16, "recompute": "selective (layer)"}))
+    assert (layer.parallel.recompute, layer.parallel.recompute_num_layers) == ("full", 16)
+    op = v.map_entry(_with(TORCHTITAN_ROW, parallel={**bf16, "recompute": "selective (op)"}))
+    assert (op.parallel.recompute, op.parallel.recompute_num_layers) == ("selective", 0)
+    assert v.torchtitan_layer_sac("megatron_core_x", {"recompute": "selective (layer)"},
+                                  "selective", 32, 1) == ("selective", 0)
+
+
 def test_fp8_param_gather_follows_the_source():
     """Megatron-LM's llama examples (train_llama3_8b_h100_fp8.sh) pass --fp8-param-gather;
     torchtitan's Float8 rows gather in fp8; an entry's own field wins."""
