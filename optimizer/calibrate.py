@@ -42,7 +42,8 @@ PRIOR_WEIGHT = 0.3  # residual weight of log(scale), a pull towards 1: with 3 ru
 # published group, 0.3 gave the best held-out MAPE of 0.05, 0.3 and 1 (benchmarks/calibrate_groups.py)
 SCALE_BOUNDS = (0.2, 5.0)  # fitted scales stay within these (then flagged)
 SENSITIVITY_STEP = 0.05  # relative step on a scale for d log t / d log s
-SELECTION_MARGIN = 0.0  # a larger parameter subset must beat the held-out error by this share
+SELECTION_MARGIN = 0.2  # a subset must beat the best held-out error so far by this share
+ROBUST_SCALE = 0.05  # soft-L1 scale on log residuals (0: plain least squares)
 LOO_MAX_FOLDS = 10  # leave-one-out up to this many runs, then this many folds
 _MEASURED_KEYS = ("step_time_s", "peak_memory_gib")
 _RUN_ITEM_KEYS = ("model", "cluster", "training", "parallel", "name", "measured")
@@ -157,6 +158,8 @@ class FitResult:
             "step_time_mape_after": self.mape_after,
             "rms_log_residual_before": self.rms_log_before,
             "rms_log_residual_after": self.rms_log_after,
+            "selection": [{"parameters": list(c.parameters),
+                           "held_out_error": c.held_out_error} for c in self.candidates],
             **({"kernels": self.kernels} if self.kernels else {}),
         }
 
@@ -316,6 +319,16 @@ def surrogate_log_ratio(jac: np.ndarray, dx: np.ndarray) -> np.ndarray:
     return np.log(np.maximum(ratio, 1e-6))
 
 
+def robust_residual(r: np.ndarray, scale: float | None = None) -> np.ndarray:
+    """``r`` mapped so that its square is the soft-L1 loss ``2 c^2 (sqrt(1 + (r/c)^2) - 1)``
+    (quadratic within ``c``, linear beyond: one run far off pulls the fit less); ``r`` itself
+    when ``scale`` is None."""
+    c = ROBUST_SCALE if scale is None else scale
+    if not c:
+        return r
+    return np.sign(r) * c * np.sqrt(2.0 * (np.sqrt(1.0 + (r / c) ** 2) - 1.0))
+
+
 def _surrogate_fit(jac: np.ndarray, err: np.ndarray, x_prev: np.ndarray, prior_weight: float
                    ) -> np.ndarray:
     """The log-scale steps minimising ``sum (log ratio + err)^2 + w sum (x_prev + dx)^2`` on
@@ -326,7 +339,8 @@ def _surrogate_fit(jac: np.ndarray, err: np.ndarray, x_prev: np.ndarray, prior_w
     w = math.sqrt(prior_weight)
 
     def res(dx: np.ndarray) -> np.ndarray:
-        return np.concatenate([surrogate_log_ratio(jac, dx) + err, w * (x_prev + dx)])
+        return np.concatenate([robust_residual(surrogate_log_ratio(jac, dx) + err),
+                               w * (x_prev + dx)])
 
     x0 = np.zeros(len(x_prev))
     sol = least_squares(res, x0, bounds=(lo - x_prev - 1e-12, hi - x_prev + 1e-12),
@@ -425,7 +439,8 @@ def fit(obs: Sequence[Observation], *, parameters: Sequence[str] | None = None,
 
     def residuals(x: np.ndarray) -> np.ndarray:
         t, _ = predict(obs, scales_at(x))
-        return np.concatenate([np.log(t) - meas, math.sqrt(prior_weight) * x])
+        return np.concatenate([robust_residual(np.log(t) - meas),
+                               math.sqrt(prior_weight) * x])
 
     scales = dict(previous)
     if free:
@@ -484,8 +499,23 @@ def describe(result: FitResult) -> list[str]:
              f"; RMS log residual {result.rms_log_before:.3f} -> {result.rms_log_after:.3f}"]
     from_kernels = set((result.kernels or {}).get("scales", {}))
     idle = [n for n in EFFICIENCY_PARAMETERS if n not in result.fitted and n not in from_kernels]
+    if result.candidates:
+        best = min(result.candidates, key=lambda c: c.held_out_error)
+        none = result.candidates[0]
+        chosen = next((c for c in result.candidates if set(c.parameters) == set(result.fitted)),
+                      None)
+        lines.append(
+            f"chosen by left-out error over {len(result.candidates)} parameter subsets: "
+            f"no change {100 * none.held_out_error:.1f}%"
+            + (f", chosen {'+'.join(chosen.parameters) or 'none'} "
+               f"{100 * chosen.held_out_error:.1f}%" if chosen is not None and chosen.parameters
+               else "")
+            + (f", lowest {'+'.join(best.parameters) or 'none'} "
+               f"{100 * best.held_out_error:.1f}%" if best is not chosen else "")
+            + f" (a larger subset must beat the best by {100 * SELECTION_MARGIN:.0f}%)")
     if idle and result.runs:
-        lines.append("not fitted (the runs barely depend on them, or not asked): "
+        lines.append("not fitted (the runs barely depend on them, left-out runs do not "
+                     "confirm them, or not asked): "
                      + ", ".join(f"{n} (sensitivity {result.sensitivity[n]:.3f})" for n in idle))
     if result.at_bound:
         lines.append("warning: at the bound " f"{SCALE_BOUNDS}: {', '.join(result.at_bound)} "
