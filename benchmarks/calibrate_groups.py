@@ -9,7 +9,8 @@ the in-sample MAPE of a fit on every run of the group (no selection): the floor 
 scales can reach on that group, so "cut in half" is only possible where it is below half.
 
     PYTHONPATH=. python benchmarks/calibrate_groups.py [--min-runs 6] [--groups a,b]
-        [--draws 5] [--seed 0] [--no-select] [--json]
+        [--draws 5] [--seed 0] [--no-select] [--floor] [--json]
+    PYTHONPATH=. python benchmarks/calibrate_groups.py --coverage   # the 80% intervals
 """
 
 from __future__ import annotations
@@ -95,6 +96,71 @@ def groups(min_runs=6):
     return {f"{g}/{gpu}": rs for (g, gpu, _), rs in by.items() if len(rs) >= min_runs}
 
 
+def moe_residual_rows():
+    """The MoE runs' residual rows, in the table's format (they are not in residuals.json)."""
+    import math
+
+    from optimizer.planning import intervals as iv
+
+    col = v.collect_runs(*v.load_data(v.resolve_data_dir()))
+    runs = [r for r in col.runs if r.step_time_s and r.model.moe is not None]
+    pred, _ = v.predict(runs)
+    out = []
+    for r in runs:
+        p = pred.get(r.id)
+        if p is None or not (math.isfinite(p.step_time_s) and p.step_time_s > 0):
+            continue
+        out.append({"id": r.id, "group": r.group,
+                    "class": [iv.generation(r.cluster.gpu.name), r.training.framework,
+                              iv.scale(r.cluster.num_nodes)],
+                    "log_residual": math.log(r.step_time_s / p.step_time_s)})
+    return out
+
+
+def coverage_report() -> None:
+    """Share of runs inside their printed 80% interval, per validation group: the shipped
+    table's runs (in-sample and each left out), the MoE runs against the interval printed
+    today (from the dense rows), and the MoE runs left out of a table that included them."""
+    from optimizer.planning import intervals as iv
+
+    rows = iv.residual_table()["step_time"]
+    ins, loo = iv.coverage(rows), iv.coverage(rows, leave_one_out=True)
+    print(f"{'group':44s} {'runs':>4s}  in-sample  left-out")
+    for g, c in ins.items():
+        print(f"{g:44s} {c['runs']:4d}  {c['inside']:8.1%}  {loo[g]['inside']:8.1%}")
+    n = sum(c["runs"] for c in ins.values())
+    print(f"{'all':44s} {n:4d}  {sum(c['runs'] * c['inside'] for c in ins.values()) / n:8.1%}"
+          f"  {sum(c['runs'] * c['inside'] for c in loo.values()) / n:8.1%}")
+    moe = moe_residual_rows()
+    today: dict[str, list[bool]] = {}
+    for r in moe:
+        g, fw, sc = r["class"]
+        x = iv.step_time_interval(g, fw, 2 if sc == "multi-node" else 1)
+        key = f"{r['group']} ({'/'.join(r['class'])})"
+        today.setdefault(key, []).append(x.low <= np.exp(r["log_residual"]) <= x.high)
+    print("MoE runs (not in residuals.json) inside the interval printed today:")
+    for k, b in sorted(today.items()):
+        print(f"  {k:60s} {len(b):4d}  {np.mean(b):6.1%}")
+    added = iv.coverage(rows + moe, leave_one_out=True)
+    print("with the MoE rows pooled into the same classes, left-out coverage:")
+    for g, c in added.items():
+        if g.startswith("mbridge") or c["inside"] != loo.get(g, {}).get("inside"):
+            print(f"  {g:44s} {c['runs']:4d}  {c['inside']:6.1%}")
+    own: dict[str, list[bool]] = {}
+    for i, r in enumerate(moe):
+        g, fw, sc = r["class"]
+        x = iv.step_time_interval(g, fw, 2 if sc == "multi-node" else 1,
+                                  rows=[m for j, m in enumerate(moe) if j != i])
+        key = f"{r['group']} ({'/'.join(r['class'])})"
+        own.setdefault(key, []).append(x.low <= np.exp(r["log_residual"]) <= x.high)
+    print("with MoE rows as classes of their own (MoE problems read only them; dense "
+          "intervals unchanged), left-out coverage:")
+    for k, b in sorted(own.items()):
+        print(f"  {k:60s} {len(b):4d}  {np.mean(b):6.1%}")
+    allb = [x for b in own.values() for x in b]
+    print(f"  {'all MoE runs':60s} {len(allb):4d}  {np.mean(allb):6.1%}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--min-runs", type=int, default=6)
@@ -104,7 +170,12 @@ def main() -> None:
     ap.add_argument("--no-select", action="store_true", help="fit every scale (the old fit)")
     ap.add_argument("--floor", action="store_true", help="also fit all runs of the group")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--coverage", action="store_true",
+                    help="print the 80%% interval coverage per group instead")
     a = ap.parse_args()
+    if a.coverage:
+        coverage_report()
+        return
     want = [g for g in a.groups.split(",") if g]
     out = {}
     print(f"{'group':52s} {'runs':>4s}  {'fixed pick':>15s}  {'random (median)':>15s}"

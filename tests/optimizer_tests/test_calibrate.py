@@ -179,15 +179,25 @@ def test_missing_file_and_unknown_param(tmp_path, capsys):
     assert "error: --params" in capsys.readouterr().err
 
 
-def test_published_runs_three_fit_the_rest():
-    """Real data: BLOOM's A100 sweep (the worst dense group today): 3 runs cut the other
-    runs' step-time MAPE at least in half."""
+@pytest.mark.parametrize("group, want", [
+    ("bloom_prequel_config_sweep/", "half"),  # the worst dense groups today: halved
+    ("mbridge_perf_dense_blackwell/gb200", "half"),
+    ("mbridge_perf_moe/h100", "not worse"),  # the old fit took it from 11.9% to 30.8%
+    ("mbridge_perf_moe/gb200", "not worse"),  # four scales fitted on all 20 runs: 14.4% (of 21%)
+    ("llmfoundry_mpt_benchmarks/h100", "not worse"),  # the old fit: 4.0% -> 6.7%
+])
+def test_published_runs_three_fit_the_rest(group, want):
+    """Real data: fit on 3 runs of a group (fastest, middle, slowest step) and predict the
+    others; the worst groups' held-out step-time MAPE at least halves, and no group the old
+    every-scale fit made worse is made worse (benchmarks/calibrate_groups.py has the table)."""
     from benchmarks.calibrate_groups import group_check, groups, observations
 
-    rs = next(rs for name, rs in groups(6).items()
-              if name.startswith("bloom_prequel_config_sweep/"))
+    rs = next(rs for name, rs in groups(6).items() if name.startswith(group))
     d = group_check(observations(rs))
-    assert d["mape_after"] <= d["mape_before"] / 2, d
+    if want == "half":
+        assert d["mape_after"] <= d["mape_before"] / 2, d
+    else:
+        assert d["mape_after"] <= d["mape_before"] * 1.001, d
 
 
 def _sweep(tmp_path, gemm=0.9, attention=1.2):
