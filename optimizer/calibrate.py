@@ -2,12 +2,17 @@
 
 A runs file lists a few measured training steps in the run-file format (``optimize evaluate``:
 ``model``, ``cluster``, ``training``, ``parallel``) plus ``measured: {step_time_s,
-peak_memory_gib}``. :func:`fit` finds the scales of
+peak_memory_gib}``. :func:`fit` adjusts the scales of
 :data:`costmodel.cluster_calibration.EFFICIENCY_PARAMETERS` (GEMM, attention, host,
-communication) that minimise the squared error of log step time, with a weak pull towards 1
-(``prior_weight``) so that a parameter the runs do not constrain stays at 1; parameters whose
-runs barely move (sensitivity below ``MIN_SENSITIVITY``) are not fitted at all. The scales are
-stored in the cluster file's ``calibration:`` mapping beside NCCL's, and every later
+communication) in three steps: each run's sensitivity ``d log t / d log s`` to each scale (a
+5% step; scales no run depends on, below ``MIN_SENSITIVITY``, are dropped); the subset of
+scales to fit, chosen by leave-one-out error on a surrogate built from those sensitivities
+(:func:`select_parameters`: "no change" unless a subset predicts left-out runs better by
+``SELECTION_MARGIN``), so three runs cannot over-fit four scales; then a soft-L1 fit of log
+step time with the real cost model over the chosen scales, with a pull towards 1
+(``prior_weight``). The selection is plain cross-validated model selection (e.g. Hastie,
+Tibshirani, Friedman, *The Elements of Statistical Learning*, 2nd ed., sec. 7.10). The scales
+are stored in the cluster file's ``calibration:`` mapping beside NCCL's, and every later
 ``optimize`` / ``evaluate`` on that cluster file applies them (costmodel.model.run_phases).
 
 Peak memory, when given, is reported (before = after: none of the four scales moves memory).
@@ -38,9 +43,16 @@ from costmodel.errors import InputError
 
 MAX_RUNS = 10_000  # measured steps in one runs file
 MIN_SENSITIVITY = 0.01  # |d log t / d log scale| below this on every run: not fitted
-PRIOR_WEIGHT = 0.3  # residual weight of log(scale), a pull towards 1: with 3 runs of a
-# published group, 0.3 gave the best held-out MAPE of 0.05, 0.3 and 1 (benchmarks/calibrate_groups.py)
+PRIOR_WEIGHT = 0.3  # residual weight of log(scale), a pull towards 1: with 3 runs of the
+# published groups and the selection below, 0.3 held out best of 0.1, 0.3, 0.5, 1 and 3
+# (benchmarks/calibrate_groups.py; tuned on those same groups)
 SCALE_BOUNDS = (0.2, 5.0)  # fitted scales stay within these (then flagged)
+SENSITIVITY_STEP = 0.05  # relative step on a scale for d log t / d log s
+SELECTION_MARGIN = 0.2  # a subset must beat the best held-out error so far by this share
+# (0, 0.1 and 0.2 tried on the published groups; 0.2 made the fewest groups worse)
+ROBUST_SCALE = 0.05  # soft-L1 scale on log residuals (0: plain least squares; 0.05 and 0.1
+# tried: 0.05 keeps one far-off run of three from pulling the fit, e.g. dense GB200's 128-GPU run)
+LOO_MAX_FOLDS = 10  # leave-one-out up to this many runs, then this many folds
 _MEASURED_KEYS = ("step_time_s", "peak_memory_gib")
 _RUN_ITEM_KEYS = ("model", "cluster", "training", "parallel", "name", "measured")
 _FILE_KEYS = ("runs", "cluster", "schema_version")
@@ -91,6 +103,14 @@ class RunResidual:
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """One parameter subset the selection tried, with its held-out error."""
+
+    parameters: tuple[str, ...]
+    held_out_error: float
+
+
+@dataclass(frozen=True)
 class FitResult:
     scales: dict[str, float]  # every parameter (1 where not fitted)
     previous: dict[str, float]  # the scales the clusters carried before
@@ -99,6 +119,7 @@ class FitResult:
     runs: tuple[RunResidual, ...]
     at_bound: tuple[str, ...] = field(default=())
     kernels: dict[str, Any] | None = None  # the kernel sweep's fit (optimize calibrate --kernels)
+    candidates: tuple[Candidate, ...] = ()  # the subsets the selection tried (fit(select=True))
 
     @staticmethod
     def _mape(errs: Sequence[float]) -> float:
@@ -145,6 +166,8 @@ class FitResult:
             "step_time_mape_after": self.mape_after,
             "rms_log_residual_before": self.rms_log_before,
             "rms_log_residual_after": self.rms_log_after,
+            "selection": [{"parameters": list(c.parameters),
+                           "held_out_error": c.held_out_error} for c in self.candidates],
             **({"kernels": self.kernels} if self.kernels else {}),
         }
 
@@ -281,9 +304,109 @@ def predict(obs: Sequence[Observation], scales: Mapping[str, float]
     return t, mem
 
 
+def sensitivity_matrix(obs: Sequence[Observation], previous: Mapping[str, float],
+                       t0: np.ndarray, step: float = SENSITIVITY_STEP) -> np.ndarray:
+    """``J[i, k] = d log t_i / d log s_k`` at ``previous``, by a forward step of ``step``
+    (5%) on each scale; shape (runs, parameters in EFFICIENCY_PARAMETERS order)."""
+    cols = []
+    for n in EFFICIENCY_PARAMETERS:
+        s = dict(previous)
+        s[n] = previous[n] * (1.0 + step)
+        t1, _ = predict(obs, s)
+        cols.append(np.log(t1 / t0) / math.log1p(step))
+    return np.stack(cols, axis=1)
+
+
+def surrogate_log_ratio(jac: np.ndarray, dx: np.ndarray) -> np.ndarray:
+    """``log(t(s) / t(previous))`` of each run for log-scale steps ``dx`` (one per column of
+    ``jac``), from the sensitivities alone: a parameter with ``J < 0`` scales a share ``|J|``
+    of the step as ``1/s`` (a throughput), one with ``J > 0`` a share ``J`` as ``s`` (host
+    time), the rest of the step stays: ``t/t0 = 1 + sum_k |J_k| (exp(sign(J_k) dx_k) - 1)``
+    (exact for a sum of such terms; the cost model's overlaps make it an approximation)."""
+    ratio = 1.0 + np.sum(np.abs(jac) * np.expm1(np.sign(jac) * dx[None, :]), axis=1)
+    return np.log(np.maximum(ratio, 1e-6))
+
+
+def robust_residual(r: np.ndarray, scale: float | None = None) -> np.ndarray:
+    """``r`` mapped so that its square is the soft-L1 loss ``2 c^2 (sqrt(1 + (r/c)^2) - 1)``
+    (quadratic within ``c``, linear beyond: one run far off pulls the fit less); ``r`` itself
+    when ``scale`` is None."""
+    c = ROBUST_SCALE if scale is None else scale
+    if not c:
+        return r
+    return np.sign(r) * c * np.sqrt(2.0 * (np.sqrt(1.0 + (r / c) ** 2) - 1.0))
+
+
+def _surrogate_fit(jac: np.ndarray, err: np.ndarray, x_prev: np.ndarray, prior_weight: float
+                   ) -> np.ndarray:
+    """The log-scale steps minimising ``sum (log ratio + err)^2 + w sum (x_prev + dx)^2`` on
+    the surrogate (``err = log predicted - log measured`` at ``previous``)."""
+    from scipy.optimize import least_squares
+
+    lo, hi = (math.log(b) for b in SCALE_BOUNDS)
+    w = math.sqrt(prior_weight)
+
+    def res(dx: np.ndarray) -> np.ndarray:
+        return np.concatenate([robust_residual(surrogate_log_ratio(jac, dx) + err),
+                               w * (x_prev + dx)])
+
+    x0 = np.zeros(len(x_prev))
+    sol = least_squares(res, x0, bounds=(lo - x_prev - 1e-12, hi - x_prev + 1e-12),
+                        xtol=1e-10, ftol=1e-12, gtol=1e-12, max_nfev=200)
+    return sol.x
+
+
+def held_out_error(jac: np.ndarray, err: np.ndarray, x_prev: np.ndarray, prior_weight: float,
+                   folds: int = LOO_MAX_FOLDS) -> float:
+    """Mean |predicted / measured - 1| of each run predicted from a surrogate fit on the others
+    (leave-one-out; ``folds``-fold cross-validation, runs ``i % folds``, beyond ``folds`` runs).
+    With no columns it is the error of no change."""
+    n = len(err)
+    if jac.shape[1] == 0:
+        return float(np.mean(np.abs(np.expm1(err))))
+    k = min(n, folds)
+    out = np.empty(n)
+    for f in range(k):
+        test = np.arange(n) % k == f
+        dx = _surrogate_fit(jac[~test], err[~test], x_prev, prior_weight)
+        out[test] = np.abs(np.expm1(surrogate_log_ratio(jac[test], dx) + err[test]))
+    return float(np.mean(out))
+
+
+def select_parameters(jac: np.ndarray, err: np.ndarray, names: Sequence[str],
+                      x_prev: np.ndarray, prior_weight: float,
+                      margin: float = SELECTION_MARGIN
+                      ) -> tuple[tuple[str, ...], tuple[Candidate, ...]]:
+    """The subset of ``names`` (columns of ``jac``) to fit: every subset of at most ``runs - 1``
+    parameters, the empty one (no change) included, scored by its held-out error
+    (:func:`held_out_error`); a subset replaces the best so far only when its error is below
+    the best's by more than ``margin`` (relative), smaller subsets tried first, so that no
+    change wins ties and a parameter is fitted only when it predicts runs it was not fitted
+    on. Returns (chosen, every candidate)."""
+    from itertools import combinations
+
+    n = len(err)
+    cands = [Candidate((), held_out_error(jac[:, :0], err, x_prev[:0], prior_weight))]
+    best = cands[0]
+    if n < 2:
+        return (), tuple(cands)
+    for size in range(1, min(len(names), n - 1) + 1):
+        for sub in combinations(range(len(names)), size):
+            idx = list(sub)
+            c = Candidate(tuple(names[i] for i in idx),
+                          held_out_error(jac[:, idx], err, x_prev[idx], prior_weight))
+            cands.append(c)
+            if c.held_out_error < best.held_out_error * (1.0 - margin):
+                best = c
+    return best.parameters, tuple(cands)
+
+
 def fit(obs: Sequence[Observation], *, parameters: Sequence[str] | None = None,
-        prior_weight: float = PRIOR_WEIGHT) -> FitResult:
-    """Least squares on log step time over the scales in ``parameters`` (default: all)."""
+        prior_weight: float = PRIOR_WEIGHT, select: bool = True) -> FitResult:
+    """Least squares on log step time over the scales in ``parameters`` (default: all) that
+    the runs depend on; with ``select`` (the default) only the subset of them chosen by
+    held-out error (:func:`select_parameters`; none when nothing predicts held-out runs
+    better than no change, and with a single run the one parameter it depends on most)."""
     from scipy.optimize import least_squares
 
     if not obs:
@@ -300,17 +423,22 @@ def fit(obs: Sequence[Observation], *, parameters: Sequence[str] | None = None,
         bad = int(np.flatnonzero(~(np.isfinite(t0) & (t0 > 0)))[0])
         raise InputError(f"runs[{bad}]", "the model cannot score this run "
                          "(no finite step time)", "check its parallel layout")
-    # sensitivities d log t / d log s at the start, by a 5% step
-    sens: dict[str, float] = {}
-    for n in EFFICIENCY_PARAMETERS:
-        s = dict(previous)
-        s[n] = previous[n] * 1.05
-        t1, _ = predict(obs, s)
-        sens[n] = float(np.max(np.abs(np.log(t1 / t0)) / math.log(1.05)))
+    order = list(EFFICIENCY_PARAMETERS)
+    jac_all = sensitivity_matrix(obs, previous, t0)
+    sens = {n: float(np.max(np.abs(jac_all[:, k]))) for k, n in enumerate(order)}
     free = [n for n in names if sens[n] >= MIN_SENSITIVITY]
+    cols = [order.index(n) for n in free]
+    x_prev = np.array([math.log(previous[n]) for n in free])
+    candidates: tuple[Candidate, ...] = ()
+    if select and len(obs) == 1:
+        free = sorted(free, key=lambda n: -sens[n])[:1]
+    elif select and free:
+        chosen, candidates = select_parameters(jac_all[:, cols], np.log(t0) - meas, free,
+                                               x_prev, prior_weight)
+        free = list(chosen)
+    x_prev = np.array([math.log(previous[n]) for n in free])
 
     lo, hi = (math.log(b) for b in SCALE_BOUNDS)
-    x_prev = np.array([math.log(previous[n]) for n in free])
 
     def scales_at(x: np.ndarray) -> dict[str, float]:
         s = dict(previous)
@@ -319,7 +447,8 @@ def fit(obs: Sequence[Observation], *, parameters: Sequence[str] | None = None,
 
     def residuals(x: np.ndarray) -> np.ndarray:
         t, _ = predict(obs, scales_at(x))
-        return np.concatenate([np.log(t) - meas, math.sqrt(prior_weight) * x])
+        return np.concatenate([robust_residual(np.log(t) - meas),
+                               math.sqrt(prior_weight) * x])
 
     scales = dict(previous)
     if free:
@@ -337,7 +466,8 @@ def fit(obs: Sequence[Observation], *, parameters: Sequence[str] | None = None,
                  for i, o in enumerate(obs))
     return FitResult(scales=scales, previous=previous,
                      fitted=tuple(n for n in free if scales[n] != previous[n]),
-                     sensitivity=sens, runs=rows, at_bound=at_bound)
+                     sensitivity=sens, runs=rows, at_bound=at_bound,
+                     candidates=candidates)
 
 
 # ---- storing ------------------------------------------------------------------------------------
@@ -377,8 +507,23 @@ def describe(result: FitResult) -> list[str]:
              f"; RMS log residual {result.rms_log_before:.3f} -> {result.rms_log_after:.3f}"]
     from_kernels = set((result.kernels or {}).get("scales", {}))
     idle = [n for n in EFFICIENCY_PARAMETERS if n not in result.fitted and n not in from_kernels]
+    if result.candidates:
+        best = min(result.candidates, key=lambda c: c.held_out_error)
+        none = result.candidates[0]
+        chosen = next((c for c in result.candidates if set(c.parameters) == set(result.fitted)),
+                      None)
+        lines.append(
+            f"chosen by left-out error over {len(result.candidates)} parameter subsets: "
+            f"no change {100 * none.held_out_error:.1f}%"
+            + (f", chosen {'+'.join(chosen.parameters) or 'none'} "
+               f"{100 * chosen.held_out_error:.1f}%" if chosen is not None and chosen.parameters
+               else "")
+            + (f", lowest {'+'.join(best.parameters) or 'none'} "
+               f"{100 * best.held_out_error:.1f}%" if best is not chosen else "")
+            + f" (a larger subset must beat the best by {100 * SELECTION_MARGIN:.0f}%)")
     if idle and result.runs:
-        lines.append("not fitted (the runs barely depend on them, or not asked): "
+        lines.append("not fitted (the runs barely depend on them, left-out runs do not "
+                     "confirm them, or not asked): "
                      + ", ".join(f"{n} (sensitivity {result.sensitivity[n]:.3f})" for n in idle))
     if result.at_bound:
         lines.append("warning: at the bound " f"{SCALE_BOUNDS}: {', '.join(result.at_bound)} "

@@ -1,6 +1,7 @@
 """``optimize calibrate``: fit the cluster's efficiency scales to measured steps.
 
-    optimize calibrate --runs my_runs.yaml [--save-cluster OUT.yaml] [--params gemm,host] [--json]
+    optimize calibrate --runs my_runs.yaml [--save-cluster OUT.yaml] [--params gemm,host]
+        [--fit-all] [--json]
 
 The runs file format is in :mod:`optimizer.calibrate`. The fitted scales go into the cluster
 file's ``calibration:`` mapping (beside ``optimize nccl --save-cluster``'s NCCL scales); give
@@ -38,6 +39,10 @@ def _parser() -> Parser:
                    help="write the cluster file with the fitted scales (default: only print)")
     p.add_argument("--params", default="gemm,attention,host,comm",
                    help="the scales to fit, comma-separated (default: %(default)s)")
+    p.add_argument("--fit-all", action="store_true",
+                   help="fit every scale in --params the runs depend on (default: only the "
+                   "subset that predicts left-out runs better than no change; see "
+                   "docs/calibration.md)")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     return p
 
@@ -69,7 +74,7 @@ def run(argv: Sequence[str]) -> int:
             obs = [dataclasses.replace(o, cluster=cal._with_scales(o.cluster, kres.scales))
                    for o in obs]
             params = [n for n in params if n not in kres.scales]
-        result = cal.fit(obs, parameters=params)
+        result = cal.fit(obs, parameters=params, select=not args.fit_all)
         if sweep is not None:
             result = dataclasses.replace(result, kernels=kres.to_dict())
         cluster = obs[0].cluster
@@ -91,7 +96,7 @@ def run(argv: Sequence[str]) -> int:
         emit_document({"schema_version": SCHEMA_VERSION,
                        "tool": {"name": "paraplan", "version": tool_version()},
                        "inputs": {"runs": args.runs, "kernels": args.kernels,
-                                  "params": params, "cluster": cluster_to_dict(cluster)},
+                                  "params": params, "fit_all": bool(args.fit_all), "cluster": cluster_to_dict(cluster)},
                        "efficiency_calibration": doc_cal})
         return 0
     (ph, pr), (rh, rr) = cal.tables(result)

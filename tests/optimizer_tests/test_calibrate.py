@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
+import numpy as np
 import pytest
 import yaml
 
@@ -51,6 +53,49 @@ def test_synthetic_runs_recover_the_perturbed_efficiencies():
     for n, v in TRUE.items():
         assert res.scales[n] == pytest.approx(v, rel=0.03), (n, res.scales, res.sensitivity)
     assert res.mape_after < 1e-3 < 0.1 < res.mape_before
+
+
+def test_selection_keeps_no_change_when_left_out_runs_do_not_confirm():
+    """Unstructured scatter (+-3% to 5%, no common cause): no subset predicts a left-out run
+    better than no change, so nothing is fitted and the cluster stays as it was."""
+    base = _obs({"gemm": 1.0})
+    for pert in ([0.04, -0.04, 0.01], [0.05, -0.03, 0.02, -0.05, 0.01, -0.02]):
+        obs = [cal.replace(o, step_time_s=o.step_time_s * (1 + e))
+               for o, e in zip(base, pert, strict=False)]
+        res = cal.fit(obs)
+        assert res.fitted == () and res.calibration_keys() == {}, res.candidates
+        assert res.candidates[0].parameters == ()
+        assert len(res.candidates) == 1 + sum(math.comb(4, k) for k in
+                                              range(1, min(4, len(obs) - 1) + 1))
+        # the old fit (every scale) moves them and does not predict the rest better
+        assert cal.fit(obs, select=False).fitted
+
+
+def test_selection_fits_a_shared_cause_from_three_runs_and_predicts_the_rest():
+    """All six runs' GEMMs are 20% slower than assumed: three runs choose gemm (alone; the
+    others do not beat it by the margin) and the three left out get at least 2x closer."""
+    obs = _obs({"gemm": 0.8})
+    res = cal.fit(obs[:3])
+    assert res.fitted == ("gemm",) and 0.8 <= res.scales["gemm"] < 0.95
+    meas = np.array([o.step_time_s for o in obs[3:]])
+    before = np.mean(np.abs(cal.predict(obs[3:], res.previous)[0] / meas - 1))
+    after = np.mean(np.abs(cal.predict(obs[3:], res.scales)[0] / meas - 1))
+    assert after <= before / 2 and before > 0.1
+    doc = res.to_dict()
+    assert doc["selection"][0] == {"parameters": [], "held_out_error": pytest.approx(
+        res.mape_before)}
+    assert any("left-out error" in line for line in cal.describe(res))
+
+
+def test_sensitivity_surrogate_matches_the_model_for_small_steps():
+    obs = _obs()
+    prev = {n: 1.0 for n in TRUE}
+    t0, _ = cal.predict(obs, prev)
+    jac = cal.sensitivity_matrix(obs, prev, t0)
+    dx = np.log([TRUE[n] for n in cal.EFFICIENCY_PARAMETERS]) * 0.25  # a quarter of the way
+    t1, _ = cal.predict(obs, {n: math.exp(v) for n, v in zip(TRUE, dx, strict=True)})
+    assert np.max(np.abs(cal.surrogate_log_ratio(jac, dx) - np.log(t1 / t0))) < 0.01
+    assert np.all(jac[:, 0] < 0) and np.all(jac[:, 2] > 0)  # gemm speeds up, host slows down
 
 
 def test_uncalibrated_cluster_scores_as_before_and_scales_apply():
@@ -134,15 +179,25 @@ def test_missing_file_and_unknown_param(tmp_path, capsys):
     assert "error: --params" in capsys.readouterr().err
 
 
-def test_published_runs_three_fit_the_rest():
-    """Real data: BLOOM's A100 sweep (the worst dense group today): 3 runs cut the other
-    runs' step-time MAPE at least in half."""
+@pytest.mark.parametrize("group, want", [
+    ("bloom_prequel_config_sweep/", "half"),  # the worst dense groups today: halved
+    ("mbridge_perf_dense_blackwell/gb200", "half"),
+    ("mbridge_perf_moe/h100", "not worse"),  # the old fit took it from 11.9% to 30.8%
+    ("mbridge_perf_moe/gb200", "not worse"),  # four scales fitted on all 20 runs: 14.4% (of 21%)
+    ("llmfoundry_mpt_benchmarks/h100", "not worse"),  # the old fit: 4.0% -> 6.7%
+])
+def test_published_runs_three_fit_the_rest(group, want):
+    """Real data: fit on 3 runs of a group (fastest, middle, slowest step) and predict the
+    others; the worst groups' held-out step-time MAPE at least halves, and no group the old
+    every-scale fit made worse is made worse (benchmarks/calibrate_groups.py has the table)."""
     from benchmarks.calibrate_groups import group_check, groups, observations
 
-    rs = next(rs for name, rs in groups(6).items()
-              if name.startswith("bloom_prequel_config_sweep/"))
+    rs = next(rs for name, rs in groups(6).items() if name.startswith(group))
     d = group_check(observations(rs))
-    assert d["mape_after"] <= d["mape_before"] / 2, d
+    if want == "half":
+        assert d["mape_after"] <= d["mape_before"] / 2, d
+    else:
+        assert d["mape_after"] <= d["mape_before"] * 1.001, d
 
 
 def _sweep(tmp_path, gemm=0.9, attention=1.2):
@@ -185,12 +240,21 @@ def test_kernel_sweep_goes_into_the_same_store(tmp_path, capsys):
     # with runs too: the kernels fix gemm and attention, the steps fit host and comm
     runs = _write_runs(tmp_path, scales={"gemm": 0.9, "attention": 1.2, "host": 1.5,
                                          "comm": 1.0})
-    assert main(["calibrate", "--kernels", str(sweep), "--runs", str(runs), "--json"]) == 0
+    # (--fit-all: host moves one run of six by 10%; left out, the other five do not pin it,
+    # so the default held-out selection keeps it at 1; see test_selection_*)
+    assert main(["calibrate", "--kernels", str(sweep), "--runs", str(runs), "--fit-all",
+                 "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)["efficiency_calibration"]
     vals = {p["name"]: p["value"] for p in doc["parameters"]}
     assert vals["gemm"] == pytest.approx(0.9, rel=1e-3)
     assert vals["host"] > 1.0 and doc["kernels"]  # pulled towards 1 by the default prior
     assert doc["step_time_mape_after"] < doc["step_time_mape_before"]
+    assert main(["calibrate", "--kernels", str(sweep), "--runs", str(runs), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["efficiency_calibration"]
+    vals = {p["name"]: p["value"] for p in doc["parameters"]}
+    assert vals["gemm"] == pytest.approx(0.9, rel=1e-3) and vals["attention"] == pytest.approx(
+        1.2, rel=1e-3)
+    assert doc["step_time_mape_after"] <= doc["step_time_mape_before"]
 
 
 def test_kernel_sweep_bad_input(tmp_path, capsys):
