@@ -324,6 +324,11 @@ class MLASpec:
 # --------------------------------------------------------------------------------------------
 #: Position encodings a model may use (ModelSpec.position_embedding).
 POSITIONS: tuple[str, ...] = ("rope", "learned", "alibi", "none")
+# The MLP's activation function (with gated_mlp: the gate's, GLU style: SwiGLU = silu,
+# GeGLU = gelu / gelu_tanh): gelu is the exact (erf) GELU, gelu_tanh its tanh approximation
+# (HF gelu_new / gelu_pytorch_tanh), quick_gelu x*sigmoid(1.702x), squared_relu relu(x)^2.
+ACTIVATIONS: tuple[str, ...] = ("silu", "gelu", "gelu_tanh", "quick_gelu", "relu",
+                                "squared_relu")
 
 
 @dataclass(frozen=True)
@@ -360,6 +365,7 @@ class ModelSpec:
     qkv_bias: bool | None = None  # q/k/v biases without the other linear ones (Qwen2): (a+2g)d_h
     norms_per_layer: int | None = None  # None: 2; 1 for parallel blocks (GPT-J, Falcon-7B,
     #                                     Phi), 4 for Gemma 2/3's sandwich norms
+    activation: str | None = None  # ACTIVATIONS; None: silu when gated (SwiGLU), else gelu
 
     def __post_init__(self) -> None:
         s = "model"
@@ -407,6 +413,8 @@ class ModelSpec:
                 _set(self, name, _pos(s, name, getattr(self, name)))
         if self.norms_per_layer is not None:
             _set(self, "norms_per_layer", _int(s, "norms_per_layer", self.norms_per_layer))
+        if self.activation is not None:
+            _set(self, "activation", _choice(s, "activation", self.activation, ACTIVATIONS))
         if self.moe is not None:
             if not isinstance(self.moe, MoESpec):
                 raise InputError("model.moe", "must be a MoE mapping")

@@ -198,14 +198,53 @@ MEGATRON_TARGET = "Megatron-LM core_v0.16+ and main (megatron/training/arguments
 _DROPOUT_ON = 0.1
 
 
+# Megatron-LM's activation arguments (core_v0.16.1 megatron/training/arguments.py
+# core_transformer_config_from_args): TransformerConfig.activation_func is F.gelu (the erf
+# GELU) unless --swiglu (gated, F.silu), --quick-geglu (gated, quick_gelu) or --squared-relu
+# (plain); --openai-gelu (the tanh GELU) reaches megatron/legacy models only. Any other
+# (gated, activation) pair, e.g. Gemma's GeGLU (gated gelu_tanh) or OPT's ReLU, cannot be
+# set from the command line (Megatron-Bridge sets activation_func in Python).
+_MEGATRON_ACTIVATIONS: dict[tuple[bool, str], tuple[str, ...]] = {
+    (True, "silu"): ("--swiglu",), (True, "quick_gelu"): ("--quick-geglu",),
+    (False, "gelu"): (), (False, "gelu_tanh"): (), (False, "squared_relu"): ("--squared-relu",),
+}
+_ACTIVATION_NAMES = {(True, "silu"): "SwiGLU", (True, "gelu"): "GeGLU (erf GELU)",
+                     (True, "gelu_tanh"): "GeGLU (tanh GELU)"}
+
+
+def _activation_name(model: ModelSpec, activation: str) -> str:
+    return _ACTIVATION_NAMES.get((model.gated_mlp, activation),
+                                 ("gated " if model.gated_mlp else "") + activation)
+
+
 def megatron_refusal(model: ModelSpec) -> str | None:
     """Why Megatron-LM cannot train ``model`` as scored, or None."""
     facts = model_facts(model)
+    reasons = []
     if facts.position == "alibi":
-        return (f"Megatron-LM refused for {model.name}: the model uses ALiBi, which "
-                "Megatron-Core does not implement (--position-embedding-type none is NoPE); "
-                "no Megatron flags are emitted")
-    return None
+        reasons.append("the model uses ALiBi, which Megatron-Core does not implement "
+                       "(--position-embedding-type none is NoPE)")
+    if (model.gated_mlp, facts.activation) not in _MEGATRON_ACTIVATIONS:
+        reasons.append(f"its MLP is {_activation_name(model, facts.activation)}, which "
+                       "Megatron-LM's arguments cannot express (--swiglu is gated SiLU, "
+                       "--quick-geglu gated x*sigmoid(1.702x), --squared-relu plain; the "
+                       "default is the plain erf GELU)")
+    if facts.position == "rope" and not float(facts.rope_base or 10000).is_integer():
+        reasons.append(f"its rotary base {facts.rope_base} is not an integer (--rotary-base "
+                       "is type=int)")
+    if not reasons:
+        return None
+    return (f"Megatron-LM refused for {model.name}: " + "; ".join(reasons)
+            + "; no Megatron flags are emitted")
+
+
+def _megatron_activation_note(model: ModelSpec) -> list[str]:
+    """The one activation Megatron runs approximately: the plain tanh GELU as the erf one."""
+    if not model.gated_mlp and model_facts(model).activation == "gelu_tanh":
+        return [f"{model.name} uses the tanh-approximated GELU: Megatron-Core's MLP runs the "
+                "exact (erf) GELU (--openai-gelu acts on megatron/legacy models only); the "
+                "two differ by < 5e-4 per element, the cost is the same"]
+    return []
 
 
 def megatron_script(model: ModelSpec) -> str:
@@ -326,8 +365,7 @@ def _megatron_shape(model: ModelSpec) -> list[str]:
         a += ["--kv-channels", str(model.head_dim)]
     a += ["--vocab-size", str(model.vocab_size),
           "--make-vocab-size-divisible-by", str(_VOCAB_DIVISIBLE_BY)]
-    if model.gated_mlp:
-        a.append("--swiglu")
+    a += _MEGATRON_ACTIVATIONS[(model.gated_mlp, facts.activation)]
     a += ["--normalization", "RMSNorm" if model.normalization == "rmsnorm" else "LayerNorm",
           "--norm-epsilon", repr(float(facts.norm_eps))]
     if facts.qk_norm:
@@ -539,8 +577,9 @@ def torchtitan_refusal(model: ModelSpec, config: ParallelConfig) -> list[str]:
     """What torchtitan 0.3 cannot express of what was scored (empty: the lists are faithful)."""
     facts = model_facts(model)
     r = []
-    if not (model.causal and model.gated_mlp and model.normalization == "rmsnorm"
-            and not model.linear_bias and facts.position == "rope" and not facts.qkv_bias):
+    if not (model.causal and model.gated_mlp and facts.activation == "silu"
+            and model.normalization == "rmsnorm" and not model.linear_bias
+            and facts.position == "rope" and not facts.qkv_bias):
         r.append(f"torchtitan: {model.name} is not a Llama-style decoder (RoPE, RMSNorm, SwiGLU, "
                  "no biases); the emitted config builds torchtitan's Llama 3 model, which is "
                  "not the scored one")
@@ -884,6 +923,8 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
         refusal = megatron_refusal(model)
         if refusal is not None:
             w.append(refusal)
+        else:
+            w += _megatron_activation_note(model)
         w += unexpressed(model) + definition_gaps(model)
         if not model.causal:
             w.append(f"{model.name} is an encoder: the Megatron-LM arguments are for "
