@@ -199,7 +199,8 @@ def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCost
     keep = frag / (1.0 - frag)
     # two activations per in-flight micro-batch (calibrated: FrameworkCosts.pipeline)
     pipe_act = 2.0 * tokens * h * act_bytes if fw.pipeline.pipe_buffers else None
-    transient = np.where(batch.recompute == 2, layer.full_activation_bytes, 0.0)
+    transient = np.where(batch.recompute == 2, layer.full_activation_bytes,
+                         layer.recompute_transient_bytes)  # selective modules: costmodel.recompute
     if np.any(batch.cp > 1):  # the CP buffers of the layer being run (costmodel.cp)
         transient = np.where(batch.cp > 1, transient + layer.cp_buffer_bytes, transient)
     return MemoryContext(layer.activation_bytes, layer.full_activation_bytes, transient,

@@ -308,7 +308,8 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     a += ["--attention-dropout", dropout, "--hidden-dropout", dropout]
     if not training.flash_attention:  # the s^2 score path the model then scores
         a += ["--attention-backend", "unfused"]
-    a += _megatron_recompute(config.recompute, config.recompute_num_layers)
+    a += _megatron_recompute(config.recompute, config.recompute_num_layers,
+                             config.recompute_modules)
     a += _megatron_data_parallel(config)
     a += _megatron_precision(config.precision, cluster)
     a += _megatron_optimizer_dtypes(config.precision_aware_optimizer)
@@ -389,9 +390,11 @@ def _megatron_shape(model: ModelSpec) -> list[str]:
     return a
 
 
-def _megatron_recompute(recompute: str, num_layers: int = 0) -> list[str]:
-    if recompute == "selective":  # core attention; selective takes no method (validate_args)
-        return ["--recompute-granularity", "selective", "--recompute-modules", "core_attn"]
+def _megatron_recompute(recompute: str, num_layers: int = 0,
+                        modules: str = "core_attn") -> list[str]:
+    if recompute == "selective":  # the modules scored (costmodel.recompute); no method
+        return ["--recompute-granularity", "selective", "--recompute-modules",
+                *modules.split("+")]
     if recompute == "full" and num_layers:  # the first N layers of each model chunk
         return ["--recompute-granularity", "full", "--recompute-method", "block",
                 "--recompute-num-layers", str(num_layers)]
@@ -492,11 +495,16 @@ def megatron_deepspeed_args(config: ParallelConfig) -> list[str]:
 
 def deepspeed_refusal(config: ParallelConfig) -> list[str]:
     """What DeepSpeed 0.19 cannot run of what was scored (empty: the config is faithful)."""
+    r = []
     if config.pp > 1 and config.zero_stage >= 2:
-        return [f"DeepSpeed: the pipeline engine allows ZeRO stage 0 or 1 only "
-                f"(PipelineEngine asserts it); pp={config.pp} with zero_stage="
-                f"{config.zero_stage} will not start"]
-    return []
+        r.append(f"DeepSpeed: the pipeline engine allows ZeRO stage 0 or 1 only "
+                 f"(PipelineEngine asserts it); pp={config.pp} with zero_stage="
+                 f"{config.zero_stage} will not start")
+    if config.recompute == "selective" and config.recompute_modules != "core_attn":
+        r.append(f"DeepSpeed: selective recompute of {config.recompute_modules} is "
+                 "Megatron-Core's --recompute-modules; Megatron-DeepSpeed checkpoints the "
+                 "attention core only")
+    return r
 
 
 def _deepspeed_zero(hidden_size: int, stage: int) -> dict[str, Any]:
@@ -587,7 +595,8 @@ def torchtitan_refusal(model: ModelSpec, config: ParallelConfig) -> list[str]:
         r.append("torchtitan: the Llama 3 builder has no head_dim != hidden/heads")
     if config.recompute == "selective":
         r.append("torchtitan: its selective AC (op/layer SAC) is not the selective recompute "
-                 "scored (core attention only); no torchtitan equivalent")
+                 f"scored (Megatron-Core's {config.recompute_modules}); no torchtitan "
+                 "equivalent")
     if config.precision == "fp16":
         r.append("torchtitan: mixed_precision_param takes bfloat16 or float32; fp16 cannot be "
                  "expressed")
