@@ -20,9 +20,13 @@ Megatron-Core core_v0.16.1 (``megatron/core/transformer``) checkpoints, per modu
   FC2's all-reduce; Shoeybi et al. 2019), and the fp8 casts of the two GEMM inputs.
 - ``layernorm``: output-discarding checkpoints of ``input_layernorm`` and
   ``pre_mlp_layernorm`` where they are modules of their own (``transformer_layer.py``: not
-  ``IdentityOp``): the MoE layers' pre-MLP norm and MLA's input norm under the TE spec.
-  Freed: the norm's output, 2sbh (Korthikanti's "input to the linear", the fp8 cast with fp8
-  linears), split by t with SP; re-run: the norm's forward, one pass over 2sbh in and out.
+  ``IdentityOp``). Under the TE spec that is every layer's pre-MLP norm in a MoE model
+  (``backend.layer_norm() if num_experts``: the router reads the normed input) and MLA's
+  input norm; a dense Llama-style layer has none (both fused into the next linear), so the
+  rules do not offer it there. Freed: the norm's output, 2sbh (Korthikanti's "input to the
+  linear", the fp8 cast with fp8 linears), split by t with SP; re-run: the norm's forward,
+  one pass over 2sbh in and out. (In a MoE model the dense layers' MLP checkpoint then keeps
+  its input, the separate norm's output.)
 - ``moe_act``: the experts' activation function, output-discarding (``moe/experts.py``,
   grouped GEMM only): freed the FC2 input of each routed copy (f_e / etp per copy, the fp8
   cast with fp8 linears, as :func:`costmodel.moe.moe_activation_delta` counts it); re-run:

@@ -229,6 +229,9 @@ def megatron_refusal(model: ModelSpec) -> str | None:
                        "Megatron-LM's arguments cannot express (--swiglu is gated SiLU, "
                        "--quick-geglu gated x*sigmoid(1.702x), --squared-relu plain; the "
                        "default is the plain erf GELU)")
+    if getattr(model, "attention_sinks", False):
+        reasons.append("its attention has learned sinks (GPT-OSS), which Megatron-LM's "
+                       "arguments cannot set (nor GPT-OSS's clamped, offset GLU)")
     if facts.position == "rope" and not float(facts.rope_base or 10000).is_integer():
         reasons.append(f"its rotary base {facts.rope_base} is not an integer (--rotary-base "
                        "is type=int)")
@@ -990,6 +993,11 @@ def unexpressed(model: ModelSpec) -> list[str]:
     if getattr(model, "mla", None) is not None:
         r.append(f"{model.name} uses multi-head latent attention: the Megatron-DeepSpeed "
                  "artefacts do not emit MLA flags")
+    act = model_facts(model).activation
+    if (model.gated_mlp, act) not in ((True, "silu"), (False, "gelu"), (False, "gelu_tanh")):
+        # Megatron-DeepSpeed's legacy MLP: --swiglu, else GELU (--openai-gelu: tanh)
+        r.append(f"{model.name}'s MLP is {_activation_name(model, act)}: Megatron-DeepSpeed "
+                 "builds SwiGLU (--swiglu) or a plain GELU only")
     return r
 
 

@@ -57,6 +57,8 @@ def test_activation_megatron_cannot_express_is_refused(gated, activation):
     assert not b["targets"]["megatron"]["supported"]
     assert any("cannot express" in r for r in b["targets"]["megatron"]["reasons"])
     assert not b["targets"]["torchtitan"]["supported"]  # Llama 3 builder: SwiGLU only
+    # Megatron-DeepSpeed's legacy MLP: SwiGLU or plain GELU
+    assert not b["targets"]["deepspeed"]["supported"]
 
 
 def test_plain_tanh_gelu_runs_as_erf_gelu_with_a_warning(megatron):
@@ -71,6 +73,11 @@ def test_plain_tanh_gelu_runs_as_erf_gelu_with_a_warning(megatron):
 def test_rope_theta(megatron, theta):
     args, _ = parsed(replace(BASE, rope_theta=theta))
     assert args.position_embedding_type == "rope" and args.rotary_base == theta
+
+
+def test_attention_sinks_are_refused():  # GPT-OSS: no Megatron-LM argument for them
+    b = launch_bundle(replace(BASE, attention_sinks=True), CLUSTER, TRAIN, CONFIG)
+    assert b["megatron_args"] == [] and not b["targets"]["megatron"]["supported"]
 
 
 def test_fractional_rope_theta_is_refused():
