@@ -434,6 +434,22 @@ def default_recompute_num_layers(model: Any, cluster: Any, training: Any) -> lis
     return [n for n in RECOMPUTE_NUM_LAYERS if n < model.num_layers]
 
 
+def default_recompute_modules(model: Any, cluster: Any, training: Any) -> tuple[str, ...]:
+    """With recompute selective (framework megatron): the attention core (the default), and
+    the module sets that matter for the model's layers: the dense MLP (``mlp``) where the
+    model has dense layers, the MoE layers' pre-MLP norm and expert activation
+    (``layernorm+moe_act``) for MoE models (costmodel.recompute)."""
+    if training.framework != "megatron":
+        return ("core_attn",)
+    moe = getattr(model, "moe", None)
+    out = ["core_attn"]
+    if moe is None or model.moe_layers < model.num_layers:
+        out.append("mlp")
+    if moe is not None:
+        out.append("layernorm+moe_act")
+    return tuple(out)
+
+
 def _powers_of_two_dividing(n: int, cap: int) -> list[int]:
     return [1 << k for k in range(max(cap, 1).bit_length()) if (1 << k) <= cap
             and n % (1 << k) == 0]
@@ -501,7 +517,7 @@ __all__ = [
     "BOOL", "CHOICE", "DEFAULT_MICRO_BATCH_SIZES", "INT", "KINDS", "STRING", "Column",
     "CP_MAX_DEFAULT", "CP_MIN_LOCAL_TOKENS", "CP_MIN_SEQUENCE", "Dimension", "OptunaParam",
     "cp_comm_label", "default_cp", "default_cp_comm_types", "default_ep", "default_etp",
-    "default_micro_batch_sizes", "default_pp", "default_precision",
+    "default_micro_batch_sizes", "default_pp", "default_precision", "default_recompute_modules",
     "default_tp", "dim", "dimensions_of", "joint_order", "joint_tokens", "layout_token",
     "nccl_label", "optuna_params", "schedule_label", "schedule_token", "searched",
     "stage_plan_label", "yes_dash",

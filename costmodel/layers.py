@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from costmodel import recompute as rcm
 from costmodel.batch import ConfigBatch
 from costmodel.calibration import Efficiency
 from costmodel.compute import fused_softmax_available, layer_forward_flops, soft_max
@@ -499,6 +500,8 @@ class LayerCosts:
     cp_comm_s: np.ndarray = 0.0
     cp_recompute_s: np.ndarray = 0.0  # the recomputed forward's share of cp_comm_s
     cp_buffer_bytes: np.ndarray = 0.0
+    # selective recompute by modules: one layer's recomputed module outputs in its backward
+    recompute_transient_bytes: np.ndarray = 0.0
     tables: tuple[OpTable, ...] = field(default=(), compare=False)
     times: dict = field(default_factory=dict, compare=False)
 
@@ -547,14 +550,35 @@ def layer_tables(model: ModelSpec, training: TrainingSpec, fw, dev: Device, sh: 
     dense and MoE layers), its TP collectives, the embedding / head table and, with context
     parallelism, its CP communication."""
     if model.moe is not None:
-        return _moe_layer_tables(model, training, fw, dev, sh, rc, fallback, batch) + \
-            _cp_tables(sh, dev)
+        tables = _moe_layer_tables(model, training, fw, dev, sh, rc, fallback, batch)
+        return (_recompute_modules(tables[0], model, training, fw, dev, sh, rc, batch),
+                *tables[1:], *_cp_tables(sh, dev))
     layer = (attention_block(sh, model, training, fw, dev, fallback) + mlp_block(sh)
              + layer_memory_ops(sh, model, training, fw, dev))
     if fw.kernels.selective_op_sac and model.mla is None:
         layer = layer + _op_sac_rows(sh)
+    layer = _recompute_modules(layer, model, training, fw, dev, sh, rc, batch)
     return (layer, tp_collectives(sh, dev, rc),
             embedding_table(sh, fw, dev, float(model.params_per_layer))) + _cp_tables(sh, dev)
+
+
+def _recompute_modules(layer: OpTable, model, training, fw, dev, sh, rc, batch) -> OpTable:
+    """Selective recompute by modules (costmodel.recompute): the core rows only where the
+    set names core_attn, and the rows of the other modules."""
+    if batch is None or not np.any(np.asarray(batch.recompute_modules) != 0):
+        return layer
+    masks = rcm.module_masks(batch)
+    ms = None
+    if model.moe is not None:
+        from costmodel import moe as moe_ops
+
+        ms = moe_ops.moe_shape(model, training, batch, sh.tokens, sh.tp)
+    keep = rcm.core_kept(masks, rc)
+    ops = tuple(op._replace(when=np.asarray(op.when) & keep)
+                if op.pass_ == RECOMPUTE and op.category == "core" else op for op in layer.ops)
+    kerns, rows = rcm.module_rows(model, sh, fw, dev, masks, ms)
+    return (OpTable(layer.block, layer.kernels, ops)
+            + OpTable("recompute_modules", tuple(kerns), tuple(Op(*r) for r in rows)))
 
 
 def _op_sac_rows(sh: Shard) -> OpTable:
@@ -656,15 +680,19 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
         layer_b = np.where(on, layer_b + cp_b, layer_b)
     layer_rc = np.where(rc == 2, layer_f, np.where(rc == 1, pass_time(layer, times, RECOMPUTE),
                                                    0.0))
+    masks = rcm.module_masks(batch)
     if cp_on:
+        cp_rc = np.where((rc != 1) | masks.core_attn, cp_rc, 0.0)  # no core re-run: no CP
         layer_rc = np.where(sh.cp_ranks > 1, layer_rc + np.where(rc == 1, cp_rc, 0.0), layer_rc)
+    layer_rc = layer_rc + rcm.module_tp_s(times, sh, masks, model, fw, eff,
+                                          training.tp_comm_overlap, exposed)
     layer_tp, regather_window = tp_exposed_s(times, sh, rc, fw, eff, training.tp_comm_overlap)
     emb_t, head_t = embedding_and_head_s(times, sh, fw, eff, regather_window)
     gpu_layer = layer_f + layer_b + layer_rc + layer_tp
     layer_host = host_overhead_s(gpu_layer, sh, rc, fw)
     # selective recompute checkpoints the core only where the time side re-runs it
-    core_recomputed = (rc == 1) & (not training.flash_attention
-                                   or fw.kernels.recompute_fused_attention)
+    core_recomputed = masks.core_attn & (not training.flash_attention
+                                         or fw.kernels.recompute_fused_attention)
     act = dict(flash_attention=training.flash_attention, dropout=training.dropout,
                act_bytes=dev.act_bytes, fp8=dev.fp8,
                softmax_fp32_saved=fallback & fw.kernels.softmax_in_fp32,
@@ -683,6 +711,9 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
                                                                      dev.act_bytes, dev.fp8)
         full_layer_act = full_layer_act + moe_ops.moe_activation_delta(
             model, sh, ms, np.zeros_like(rc), dev.act_bytes, dev.fp8)
+    rc_mod = rcm.module_saved_bytes(model, sh.seq, _local_samples(sh), sh, masks,
+                                    dev.act_bytes, dev.fp8, ms if model.moe is not None else None)
+    per_layer_act = per_layer_act - rc_mod.saved_bytes
 
     def kernel_s(name):
         return np.broadcast_to(times[name], rc.shape) if name in times else zero
@@ -697,6 +728,7 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
         hp_grad_s=kernel_s("hp_grad"), embedding_hp_grad_s=kernel_s("embedding.hp_grad"),
         cp_comm_s=cp_f + cp_b + np.where(rc == 2, cp_f, cp_rc),
         cp_recompute_s=np.where(rc == 2, cp_f, cp_rc), cp_buffer_bytes=cp_buf,
+        recompute_transient_bytes=np.broadcast_to(rc_mod.transient_bytes, rc.shape),
         tables=tables, times=times)
 
 
@@ -706,7 +738,8 @@ def layer_key(batch: ConfigBatch, tp_nodes: np.ndarray, cp_nodes=None) -> np.nda
     key = batch.tp.astype(np.int64)
     for col, radix in ((tp_nodes.astype(np.int64), 1 << 12),
                        (batch.micro_batch_size, 1 << 16), (batch.precision, 8),
-                       (batch.recompute, 4), (batch.sequence_parallel.astype(np.int64), 2),
+                       (batch.recompute, 4), (batch.recompute_modules, 8),
+                       (batch.sequence_parallel.astype(np.int64), 2),
                        (batch.nccl_algo, 256), (batch.nccl_proto, 256)):
         key = key * radix + col
     if np.any(batch.cp > 1):

@@ -589,6 +589,7 @@ def _model_from_hf(data: dict[str, Any], *, default_name: str, field: str) -> Mo
     act = str(data.get("hidden_act") or data.get("hidden_activation")
               or data.get("activation_function") or "").lower()
     gated = fam.gated if fam.gated is not None else act in _GATED_ACTS
+    activation = _hf_activation(data, model_type)
     tied = data.get("tie_word_embeddings")
     tied = fam.tied if tied is None else tied
     if fam.norm is not None:
@@ -620,7 +621,8 @@ def _model_from_hf(data: dict[str, Any], *, default_name: str, field: str) -> Mo
             # llama4's dense layers use intermediate_size_mlp, its experts intermediate_size
             values["ffn_hidden_size"] = data.get("intermediate_size_mlp",
                                                  values.get("ffn_hidden_size"))
-        kw = dict(learned_position_embeddings=fam.learned_pos, linear_bias=bias, **extra)
+        kw = dict(learned_position_embeddings=fam.learned_pos, linear_bias=bias,
+                  activation=activation, **extra)
         kw.update(definition)
         return ModelSpec(name=str(name), gated_mlp=gated, tied_embeddings=tied,
                          normalization=norm, causal=not encoder, source=source, moe=moe,
@@ -632,6 +634,48 @@ def _model_from_hf(data: dict[str, Any], *, default_name: str, field: str) -> Mo
         if hf:
             raise InputError(f"{field}.{hf}", e.message, e.hint) from None
         raise _refield(e, "model", field) from None
+
+
+# transformers' ACT2FN names -> ModelSpec.activation (activations.py: gelu is the erf GELU;
+# gelu_new, gelu_pytorch_tanh, gelu_fast and gelu_accurate its tanh approximation; relu2 the
+# squared ReLU)
+_HF_ACTIVATIONS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu",
+                   "gelu_python": "gelu", "geglu": "gelu", "gelu_new": "gelu_tanh",
+                   "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
+                   "gelu_accurate": "gelu_tanh", "quick_gelu": "quick_gelu", "relu": "relu",
+                   "relu2": "squared_relu"}
+# The activation a family's config class defaults to, or its modeling code fixes (BLOOM's
+# bloom_gelu and MPT's default ffn_act_fn; transformers configuration_<model_type>.py)
+_HF_DEFAULT_ACTIVATION = {"gemma": "gelu_tanh", "gemma2": "gelu_tanh",
+                          "gemma3_text": "gelu_tanh", "bloom": "gelu_tanh", "mpt": "gelu",
+                          "falcon": "gelu", "opt": "relu", "gptj": "gelu_tanh",
+                          "gpt2": "gelu_tanh", "phi": "gelu_tanh", "starcoder2": "gelu_tanh",
+                          "gpt_neox": "gelu", "bert": "gelu", "llama": "silu",
+                          "mistral": "silu", "qwen2": "silu", "qwen3": "silu",
+                          "mixtral": "silu"}
+# The key each family's MLP reads (transformers modeling_<model_type>.py: Gemma 2/3 read
+# hidden_activation; Gemma's legacy hidden_act "gelu" means the tanh approximation, as
+# GemmaConfig rewrites it)
+_HF_ACTIVATION_KEYS = {"gemma2": ("hidden_activation",), "gemma3_text": ("hidden_activation",),
+                       "gemma": ("hidden_act",), "falcon": ("activation",),
+                       "opt": ("activation_function",), "gptj": ("activation_function",),
+                       "gpt2": ("activation_function",), "bloom": (), "mpt": ()}
+
+
+def _hf_activation(data: Mapping[str, Any], model_type: str) -> str | None:
+    """ModelSpec.activation from the key the family's MLP reads, else the family's default;
+    None where neither is known (a name outside transformers' common ones, or gpt_oss's
+    clamped GLU, which is none of ACTIVATIONS)."""
+    if model_type == "gpt_oss":
+        return None
+    keys = _HF_ACTIVATION_KEYS.get(model_type, ("hidden_act", "hidden_activation",
+                                                "activation_function", "activation"))
+    name = next((data[k] for k in keys if isinstance(data.get(k), str)), None)
+    if name is None:
+        return _HF_DEFAULT_ACTIVATION.get(model_type)
+    if model_type == "gemma" and name.lower() == "gelu":
+        return "gelu_tanh"
+    return _HF_ACTIVATIONS.get(name.lower())
 
 
 def _hf_rope(data: Mapping[str, Any]) -> tuple[Any, Any]:

@@ -29,6 +29,7 @@ from costmodel.dimensions import (
     default_micro_batch_sizes,
     default_pp,
     default_precision,
+    default_recompute_modules,
     default_recompute_num_layers,
     default_tp,
     default_virtual_stages,
@@ -61,6 +62,11 @@ STAGE_PLANS: tuple[str, ...] = ("default", "balanced")
 # (--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, DeepSeek-V3 3.3.3); "bf16_moments_grads"
 # also keeps bf16 main gradients (--main-grads-dtype bf16)
 OPTIMIZER_DTYPES: tuple[str, ...] = ("off", "bf16_moments", "bf16_moments_grads")
+# With recompute selective, the modules Megatron-Core checkpoints (--recompute-modules, the
+# names joined by "+"; costmodel.recompute): the attention core (its default), the dense MLP,
+# the norms that are modules of their own, the MoE experts' activation function
+RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mlp", "core_attn+mlp", "layernorm",
+                                      "moe_act", "layernorm+moe_act")
 
 
 class Precision(IntEnum):
@@ -90,12 +96,6 @@ class CpCommType(IntEnum):
     A2A_P2P = 3
 
 
-def recompute_label(value: Any, config: Mapping[str, Any]) -> str:
-    """The front table's recompute cell: ``full/N`` for N recomputed layers per stage."""
-    n = config.get("recompute_num_layers", 0)
-    return f"{value}/{n}" if value == "full" and n else str(value)
-
-
 def precision_label(value: Any, config: Mapping[str, Any]) -> str:
     """The front table's precision cell; ``+m16`` (bf16 moments), ``+mg16`` (and gradients)."""
     opt = config.get("precision_aware_optimizer", "off")
@@ -109,6 +109,27 @@ class OptimizerDtype(IntEnum):
     OFF = 0
     BF16_MOMENTS = 1
     BF16_MOMENTS_GRADS = 2
+
+
+class RecomputeModules(IntEnum):
+    """Codes of ``ConfigBatch.recompute_modules``: indexes into :data:`RECOMPUTE_MODULES`."""
+
+    CORE_ATTN = 0
+    MLP = 1
+    CORE_ATTN_MLP = 2
+    LAYERNORM = 3
+    MOE_ACT = 4
+    LAYERNORM_MOE_ACT = 5
+
+
+def recompute_label(value: Any, config: Mapping[str, Any]) -> str:
+    """The front table's recompute cell: ``full/N`` for N recomputed layers per stage,
+    ``selective/<modules>`` for modules other than the attention core."""
+    n = config.get("recompute_num_layers", 0)
+    if value == "full" and n:
+        return f"{value}/{n}"
+    mods = config.get("recompute_modules", "core_attn")
+    return f"{value}/{mods}" if value == "selective" and mods != "core_attn" else str(value)
 
 
 class Schedule(IntEnum):
@@ -324,6 +345,11 @@ class MLASpec:
 # --------------------------------------------------------------------------------------------
 #: Position encodings a model may use (ModelSpec.position_embedding).
 POSITIONS: tuple[str, ...] = ("rope", "learned", "alibi", "none")
+# The MLP's activation function (with gated_mlp: the gate's, GLU style: SwiGLU = silu,
+# GeGLU = gelu / gelu_tanh): gelu is the exact (erf) GELU, gelu_tanh its tanh approximation
+# (HF gelu_new / gelu_pytorch_tanh), quick_gelu x*sigmoid(1.702x), squared_relu relu(x)^2.
+ACTIVATIONS: tuple[str, ...] = ("silu", "gelu", "gelu_tanh", "quick_gelu", "relu",
+                                "squared_relu")
 
 
 @dataclass(frozen=True)
@@ -360,6 +386,7 @@ class ModelSpec:
     qkv_bias: bool | None = None  # q/k/v biases without the other linear ones (Qwen2): (a+2g)d_h
     norms_per_layer: int | None = None  # None: 2; 1 for parallel blocks (GPT-J, Falcon-7B,
     #                                     Phi), 4 for Gemma 2/3's sandwich norms
+    activation: str | None = None  # ACTIVATIONS; None: silu when gated (SwiGLU), else gelu
 
     def __post_init__(self) -> None:
         s = "model"
@@ -407,6 +434,8 @@ class ModelSpec:
                 _set(self, name, _pos(s, name, getattr(self, name)))
         if self.norms_per_layer is not None:
             _set(self, "norms_per_layer", _int(s, "norms_per_layer", self.norms_per_layer))
+        if self.activation is not None:
+            _set(self, "activation", _choice(s, "activation", self.activation, ACTIVATIONS))
         if self.moe is not None:
             if not isinstance(self.moe, MoESpec):
                 raise InputError("model.moe", "must be a MoE mapping")
@@ -865,6 +894,13 @@ class ParallelConfig:
         "activations); 0: every layer (--recompute-method uniform --recompute-num-layers 1)",
         minimum=0, space_default=default_recompute_num_layers, expand_rank=12,
         optuna=OptunaParam("recompute_num_layers", 12), new=True)
+    recompute_modules: str = dim(
+        CHOICE, "core_attn", "with recompute selective: the modules recomputed (Megatron-Core "
+        "--recompute-modules, names joined by '+'): core_attn, mlp (dense MLP), layernorm "
+        "(norms that are modules of their own), moe_act (the experts' activation)",
+        values=RECOMPUTE_MODULES, codes=RecomputeModules, space_default=default_recompute_modules,
+        expand_rank=12, optuna=OptunaParam("recompute_modules", 15), new=True,
+        omit_default=True)
     precision_aware_optimizer: str = dim(
         CHOICE, "off", "Megatron-Core's precision-aware optimizer: bf16 Adam moments, and "
         "bf16 main gradients too", values=OPTIMIZER_DTYPES, codes=OptimizerDtype,

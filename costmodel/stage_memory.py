@@ -249,7 +249,8 @@ def memory_context(fw, eff, batch, opt: Sharding, shard: Shard, layer: LayerCost
     keep = frag / (1.0 - frag)
     # two activations per in-flight micro-batch (calibrated: FrameworkCosts.pipeline)
     pipe_act = 2.0 * tokens * h * act_bytes if fw.pipeline.pipe_buffers else None
-    transient = np.where(batch.recompute == 2, layer.full_activation_bytes, 0.0)
+    transient = np.where(batch.recompute == 2, layer.full_activation_bytes,
+                         layer.recompute_transient_bytes)  # selective modules: costmodel.recompute
     if fw.kernels.selective_op_sac:
         # op-level SAC (torchtitan): a block's backward first recomputes what its policy did
         # not save, one block at a time

@@ -321,6 +321,30 @@ def _torchtitan_expresses(ctx: Context, b: ConfigBatch) -> np.ndarray:
     return (b.zero_stage != 1) & ~ddp_nd & cp_ok & (b.precision != Precision.FP16)
 
 
+def _recompute_modules(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # Megatron-Core --recompute-granularity selective --recompute-modules (TransformerConfig
+    # recompute_modules; core_attn is the default and the only module legacy Megatron and
+    # the other frameworks have). A module set must change something for the model under
+    # Megatron-Core's Transformer Engine layer spec (gpt_layer_specs.py): "mlp" recomputes
+    # dense MLPs only (TransformerLayer: not MoE layers); "layernorm" the norms that are
+    # modules of their own, the MoE layers' pre_mlp_layernorm and MLA's input_layernorm (a
+    # dense layer's norms are fused into linear_qkv / linear_fc1: IdentityOp, a no-op);
+    # "moe_act" the experts' activation (MoE layers, grouped GEMM)
+    code = b.recompute_modules
+    m = ctx.model
+    moe = m.moe is not None
+    dense_layers = (not moe) or m.moe_layers < m.num_layers
+    norms = moe or m.mla is not None
+    mlp = np.isin(code, (1, 2))
+    ln = np.isin(code, (3, 5))
+    act = np.isin(code, (4, 5))
+    ok = (b.recompute == 1) & (ctx.training.framework == "megatron")
+    ok &= ~mlp | dense_layers
+    ok &= ~ln | norms
+    ok &= ~act | moe
+    return (code == 0) | ok
+
+
 def _zero_needs_dp(ctx: Context, b: ConfigBatch) -> np.ndarray:
     # the distributed optimizer shards over the data-parallel group with CP (dp x cp)
     return (b.zero_stage == 0) | (b.dp * b.cp > 1)
@@ -617,6 +641,14 @@ TORCHTITAN_EXPRESSES = Rule(
     frozenset({"zero_stage", "dp", "tp", "pp", "cp", "cp_comm_type", "precision"}),
     lambda c, r: f"zero_stage={r['zero_stage']}, dp={r['dp']}, tp={r['tp']}, pp={r['pp']}, "
                  f"cp={r['cp']} ({r['cp_comm_type']}), precision={r['precision']}")
+RECOMPUTE_MODULES = Rule(
+    "recompute_modules", "recompute_modules other than core_attn need recompute selective, "
+    "framework megatron, and layers the modules exist in (mlp: dense layers; layernorm: "
+    "MoE or MLA layers, whose norms are modules of their own; moe_act: MoE layers)",
+    _recompute_modules, frozenset({"recompute_modules", "recompute"}),
+    lambda c, r: f"recompute={r['recompute']}, recompute_modules={r['recompute_modules']}, "
+                 f"framework={c.training.framework}, model {c.model.name}"
+                 f"{' (MoE)' if c.model.moe is not None else ' (dense)'}")
 ZERO_NEEDS_DP = Rule(
     "zero_needs_dp", "ZeRO shards over the data-parallel group (with CP: dp x cp), so "
     "zero_stage > 0 needs dp * cp > 1",
@@ -657,7 +689,7 @@ ALL_RULES: tuple[Rule, ...] = (
     INTERLEAVED_MICROBATCHES, SP_NEEDS_TP, FP8_HARDWARE, FP8_ALIGNMENT, PRECISION_HARDWARE,
     ZERO3_NO_PP, ZERO_NEEDS_DP, TORCHTITAN_EXPRESSES, NCCL_GATES, CP_WITHIN_WORLD, CP_SPLITS_SEQUENCE,
     CP_NEEDS_FLASH_ATTENTION, CP_COMM_TYPE,
-    PARTIAL_RECOMPUTE, PRECISION_AWARE_OPTIMIZER, ACTIVATION_OFFLOAD,
+    PARTIAL_RECOMPUTE, RECOMPUTE_MODULES, PRECISION_AWARE_OPTIMIZER, ACTIVATION_OFFLOAD,
     EXPERTS_ONLY_MOE, EP_DIVIDES_EXPERTS, EXPERT_GRID, ETP_DIVIDES_FFN, EP_WITHIN_DOMAIN,
 )
 RULES_BY_NAME: Mapping[str, Rule] = {r.name: r for r in ALL_RULES}

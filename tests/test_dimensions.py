@@ -222,8 +222,8 @@ def test_cli_flags_are_generated() -> None:
     assert [v[0] for v in SPACE_FLAGS.values()] == [
         "tp", "pp", "cp", "micro_batch_size", "precision", "recompute", "sequence_parallel",
         "zero_stage", "schedule", "virtual_stages", "stage_plan", "recompute_num_layers",
-        "precision_aware_optimizer", "cpu_offloading_num_layers", "nccl_algo", "nccl_proto",
-        "cp_comm_type", "ep", "etp"]
+        "recompute_modules", "precision_aware_optimizer", "cpu_offloading_num_layers",
+        "nccl_algo", "nccl_proto", "cp_comm_type", "ep", "etp"]
     dim, parse, text, metavar = SPACE_FLAGS["zero-stage"]
     assert parse("0, 1") == (0, 1) and "valid: 0, 1, 2, 3" in text and "default space: 0, 1" in text
     assert SPACE_FLAGS["nccl-algo"][1]("ring,tree") == ("ring,tree",)
@@ -277,7 +277,7 @@ def test_optuna_encoding_tokens() -> None:
 _BAD = {"tp": 0, "pp": 0, "cp": 0, "dp": 0, "micro_batch_size": 0, "precision": "bf61",
         "recompute": "nope", "sequence_parallel": 3, "zero_stage": 9, "schedule": "x",
         "virtual_stages": 0, "stage_plan": "lopsided", "recompute_num_layers": -1,
-        "precision_aware_optimizer": "fp4", "cpu_offloading_num_layers": -1, "nccl_algo": "rign",
+        "recompute_modules": "moe", "precision_aware_optimizer": "fp4", "cpu_offloading_num_layers": -1, "nccl_algo": "rign",
         "nccl_proto": "simpel", "cp_comm_type": "ring", "ep": 0, "etp": 0}
 
 

@@ -14,7 +14,7 @@ from costmodel.specs import ClusterSpec, GPUSpec, ModelSpec
 _OPTIONAL_MODEL_FIELDS = {"moe": None, "mla": None, "qk_norm": None, "attention_sinks": False,
                           "position_embedding": None, "rope_theta": None,
                           "rope_scaling_factor": None, "norm_eps": None, "qkv_bias": None,
-                          "norms_per_layer": None}
+                          "norms_per_layer": None, "activation": None}
 
 
 def model_to_dict(model: ModelSpec) -> dict[str, Any]:

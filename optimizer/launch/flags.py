@@ -198,14 +198,56 @@ MEGATRON_TARGET = "Megatron-LM core_v0.16+ and main (megatron/training/arguments
 _DROPOUT_ON = 0.1
 
 
+# Megatron-LM's activation arguments (core_v0.16.1 megatron/training/arguments.py
+# core_transformer_config_from_args): TransformerConfig.activation_func is F.gelu (the erf
+# GELU) unless --swiglu (gated, F.silu), --quick-geglu (gated, quick_gelu) or --squared-relu
+# (plain); --openai-gelu (the tanh GELU) reaches megatron/legacy models only. Any other
+# (gated, activation) pair, e.g. Gemma's GeGLU (gated gelu_tanh) or OPT's ReLU, cannot be
+# set from the command line (Megatron-Bridge sets activation_func in Python).
+_MEGATRON_ACTIVATIONS: dict[tuple[bool, str], tuple[str, ...]] = {
+    (True, "silu"): ("--swiglu",), (True, "quick_gelu"): ("--quick-geglu",),
+    (False, "gelu"): (), (False, "gelu_tanh"): (), (False, "squared_relu"): ("--squared-relu",),
+}
+_ACTIVATION_NAMES = {(True, "silu"): "SwiGLU", (True, "gelu"): "GeGLU (erf GELU)",
+                     (True, "gelu_tanh"): "GeGLU (tanh GELU)"}
+
+
+def _activation_name(model: ModelSpec, activation: str) -> str:
+    return _ACTIVATION_NAMES.get((model.gated_mlp, activation),
+                                 ("gated " if model.gated_mlp else "") + activation)
+
+
 def megatron_refusal(model: ModelSpec) -> str | None:
     """Why Megatron-LM cannot train ``model`` as scored, or None."""
     facts = model_facts(model)
+    reasons = []
     if facts.position == "alibi":
-        return (f"Megatron-LM refused for {model.name}: the model uses ALiBi, which "
-                "Megatron-Core does not implement (--position-embedding-type none is NoPE); "
-                "no Megatron flags are emitted")
-    return None
+        reasons.append("the model uses ALiBi, which Megatron-Core does not implement "
+                       "(--position-embedding-type none is NoPE)")
+    if (model.gated_mlp, facts.activation) not in _MEGATRON_ACTIVATIONS:
+        reasons.append(f"its MLP is {_activation_name(model, facts.activation)}, which "
+                       "Megatron-LM's arguments cannot express (--swiglu is gated SiLU, "
+                       "--quick-geglu gated x*sigmoid(1.702x), --squared-relu plain; the "
+                       "default is the plain erf GELU)")
+    if getattr(model, "attention_sinks", False):
+        reasons.append("its attention has learned sinks (GPT-OSS), which Megatron-LM's "
+                       "arguments cannot set (nor GPT-OSS's clamped, offset GLU)")
+    if facts.position == "rope" and not float(facts.rope_base or 10000).is_integer():
+        reasons.append(f"its rotary base {facts.rope_base} is not an integer (--rotary-base "
+                       "is type=int)")
+    if not reasons:
+        return None
+    return (f"Megatron-LM refused for {model.name}: " + "; ".join(reasons)
+            + "; no Megatron flags are emitted")
+
+
+def _megatron_activation_note(model: ModelSpec) -> list[str]:
+    """The one activation Megatron runs approximately: the plain tanh GELU as the erf one."""
+    if not model.gated_mlp and model_facts(model).activation == "gelu_tanh":
+        return [f"{model.name} uses the tanh-approximated GELU: Megatron-Core's MLP runs the "
+                "exact (erf) GELU (--openai-gelu acts on megatron/legacy models only); the "
+                "two differ by < 5e-4 per element, the cost is the same"]
+    return []
 
 
 def megatron_script(model: ModelSpec) -> str:
@@ -269,7 +311,8 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     a += ["--attention-dropout", dropout, "--hidden-dropout", dropout]
     if not training.flash_attention:  # the s^2 score path the model then scores
         a += ["--attention-backend", "unfused"]
-    a += _megatron_recompute(config.recompute, config.recompute_num_layers)
+    a += _megatron_recompute(config.recompute, config.recompute_num_layers,
+                             config.recompute_modules)
     a += _megatron_data_parallel(config)
     a += _megatron_precision(config.precision, cluster)
     a += _megatron_optimizer_dtypes(config.precision_aware_optimizer)
@@ -326,8 +369,7 @@ def _megatron_shape(model: ModelSpec) -> list[str]:
         a += ["--kv-channels", str(model.head_dim)]
     a += ["--vocab-size", str(model.vocab_size),
           "--make-vocab-size-divisible-by", str(_VOCAB_DIVISIBLE_BY)]
-    if model.gated_mlp:
-        a.append("--swiglu")
+    a += _MEGATRON_ACTIVATIONS[(model.gated_mlp, facts.activation)]
     a += ["--normalization", "RMSNorm" if model.normalization == "rmsnorm" else "LayerNorm",
           "--norm-epsilon", repr(float(facts.norm_eps))]
     if facts.qk_norm:
@@ -351,9 +393,11 @@ def _megatron_shape(model: ModelSpec) -> list[str]:
     return a
 
 
-def _megatron_recompute(recompute: str, num_layers: int = 0) -> list[str]:
-    if recompute == "selective":  # core attention; selective takes no method (validate_args)
-        return ["--recompute-granularity", "selective", "--recompute-modules", "core_attn"]
+def _megatron_recompute(recompute: str, num_layers: int = 0,
+                        modules: str = "core_attn") -> list[str]:
+    if recompute == "selective":  # the modules scored (costmodel.recompute); no method
+        return ["--recompute-granularity", "selective", "--recompute-modules",
+                *modules.split("+")]
     if recompute == "full" and num_layers:  # the first N layers of each model chunk
         return ["--recompute-granularity", "full", "--recompute-method", "block",
                 "--recompute-num-layers", str(num_layers)]
@@ -454,11 +498,16 @@ def megatron_deepspeed_args(config: ParallelConfig) -> list[str]:
 
 def deepspeed_refusal(config: ParallelConfig) -> list[str]:
     """What DeepSpeed 0.19 cannot run of what was scored (empty: the config is faithful)."""
+    r = []
     if config.pp > 1 and config.zero_stage >= 2:
-        return [f"DeepSpeed: the pipeline engine allows ZeRO stage 0 or 1 only "
-                f"(PipelineEngine asserts it); pp={config.pp} with zero_stage="
-                f"{config.zero_stage} will not start"]
-    return []
+        r.append(f"DeepSpeed: the pipeline engine allows ZeRO stage 0 or 1 only "
+                 f"(PipelineEngine asserts it); pp={config.pp} with zero_stage="
+                 f"{config.zero_stage} will not start")
+    if config.recompute == "selective" and config.recompute_modules != "core_attn":
+        r.append(f"DeepSpeed: selective recompute of {config.recompute_modules} is "
+                 "Megatron-Core's --recompute-modules; Megatron-DeepSpeed checkpoints the "
+                 "attention core only")
+    return r
 
 
 def _deepspeed_zero(hidden_size: int, stage: int) -> dict[str, Any]:
@@ -539,8 +588,9 @@ def torchtitan_refusal(model: ModelSpec, config: ParallelConfig) -> list[str]:
     """What torchtitan 0.3 cannot express of what was scored (empty: the lists are faithful)."""
     facts = model_facts(model)
     r = []
-    if not (model.causal and model.gated_mlp and model.normalization == "rmsnorm"
-            and not model.linear_bias and facts.position == "rope" and not facts.qkv_bias):
+    if not (model.causal and model.gated_mlp and facts.activation == "silu"
+            and model.normalization == "rmsnorm" and not model.linear_bias
+            and facts.position == "rope" and not facts.qkv_bias):
         r.append(f"torchtitan: {model.name} is not a Llama-style decoder (RoPE, RMSNorm, SwiGLU, "
                  "no biases); the emitted config builds torchtitan's Llama 3 model, which is "
                  "not the scored one")
@@ -548,7 +598,8 @@ def torchtitan_refusal(model: ModelSpec, config: ParallelConfig) -> list[str]:
         r.append("torchtitan: the Llama 3 builder has no head_dim != hidden/heads")
     if config.recompute == "selective":
         r.append("torchtitan: its selective AC (op/layer SAC) is not the selective recompute "
-                 "scored (core attention only); no torchtitan equivalent")
+                 f"scored (Megatron-Core's {config.recompute_modules}); no torchtitan "
+                 "equivalent")
     if config.precision == "fp16":
         r.append("torchtitan: mixed_precision_param takes bfloat16 or float32; fp16 cannot be "
                  "expressed")
@@ -884,6 +935,8 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
         refusal = megatron_refusal(model)
         if refusal is not None:
             w.append(refusal)
+        else:
+            w += _megatron_activation_note(model)
         w += unexpressed(model) + definition_gaps(model)
         if not model.causal:
             w.append(f"{model.name} is an encoder: the Megatron-LM arguments are for "
@@ -940,6 +993,11 @@ def unexpressed(model: ModelSpec) -> list[str]:
     if getattr(model, "mla", None) is not None:
         r.append(f"{model.name} uses multi-head latent attention: the Megatron-DeepSpeed "
                  "artefacts do not emit MLA flags")
+    act = model_facts(model).activation
+    if (model.gated_mlp, act) not in ((True, "silu"), (False, "gelu"), (False, "gelu_tanh")):
+        # Megatron-DeepSpeed's legacy MLP: --swiglu, else GELU (--openai-gelu: tanh)
+        r.append(f"{model.name}'s MLP is {_activation_name(model, act)}: Megatron-DeepSpeed "
+                 "builds SwiGLU (--swiglu) or a plain GELU only")
     return r
 
 

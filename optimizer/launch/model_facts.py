@@ -1,12 +1,14 @@
 """Model-definition facts the launch flags need that :class:`costmodel.specs.ModelSpec` does not
 carry (yet): position-embedding kind (RoPE, learned, ALiBi, none), the rotary base and the
-Llama 3.1 rope scaling, the normalisation epsilon, q/k/v biases and q/k norms.
+Llama 3.1 rope scaling, the normalisation epsilon, q/k/v biases and q/k norms, the MLP's
+activation function.
 
 A read-only helper: nothing here changes what the cost model scores. The facts come, in this
 order, from
 
 1. attributes of the ``ModelSpec`` itself when it has them (``rope_theta``,
-   ``rope_scaling_factor``, ``norm_eps``, ``position_embedding``, ``qkv_bias``, ``qk_norm``:
+   ``rope_scaling_factor``, ``norm_eps``, ``position_embedding``, ``qkv_bias``, ``qk_norm``,
+   ``activation``:
    read with ``getattr`` so that a later ModelSpec that carries them wins);
 2. the catalog entries' published configurations (``config.json`` of the Hugging Face
    checkpoints the catalog cites; Megatron's own defaults for the SC21 GPT sizes);
@@ -39,6 +41,8 @@ class ModelFacts:
     qk_norm: bool = False  # RMSNorm on q and k (Qwen3, OLMo 2)
     exact: bool = True  # False: family defaults, not read from the checkpoint's config
     source: str = ""
+    # costmodel.specs.ACTIVATIONS; None: the usual one for the MLP (silu gated, gelu plain)
+    activation: str | None = None
 
 
 _LLAMA1 = ModelFacts("rope", 10000.0, None, 1e-6, source="HF huggyllama/llama-* config.json")
@@ -69,20 +73,20 @@ _HF_FAMILIES: dict[str, ModelFacts] = {
     "qwen2": ModelFacts("rope", 10000.0, None, 1e-6, qkv_bias=True),
     "qwen3": ModelFacts("rope", 10000.0, None, 1e-6, qk_norm=True),
     "olmo2": ModelFacts("rope", 10000.0, None, 1e-5, qk_norm=True),
-    "gemma": ModelFacts("rope", 10000.0, None, 1e-6),
-    "gemma2": ModelFacts("rope", 10000.0, None, 1e-6),
-    "gemma3_text": ModelFacts("rope", 1e6, None, 1e-6, qk_norm=True),
-    "phi": ModelFacts("rope", 10000.0, None, 1e-5),
+    "gemma": ModelFacts("rope", 10000.0, None, 1e-6, activation="gelu_tanh"),
+    "gemma2": ModelFacts("rope", 10000.0, None, 1e-6, activation="gelu_tanh"),
+    "gemma3_text": ModelFacts("rope", 1e6, None, 1e-6, qk_norm=True, activation="gelu_tanh"),
+    "phi": ModelFacts("rope", 10000.0, None, 1e-5, activation="gelu_tanh"),
     "phi3": ModelFacts("rope", 10000.0, None, 1e-5),
-    "starcoder2": ModelFacts("rope", 10000.0, None, 1e-5),
-    "gptj": ModelFacts("rope", 10000.0, None, 1e-5),
+    "starcoder2": ModelFacts("rope", 10000.0, None, 1e-5, activation="gelu_tanh"),
+    "gptj": ModelFacts("rope", 10000.0, None, 1e-5, activation="gelu_tanh"),
     "gpt_neox": ModelFacts("rope", 10000.0, None, 1e-5),
     "falcon": ModelFacts("rope", 10000.0, None, 1e-5),
-    "gpt2": ModelFacts("learned", None, None, 1e-5),
-    "opt": ModelFacts("learned", None, None, 1e-5),
+    "gpt2": ModelFacts("learned", None, None, 1e-5, activation="gelu_tanh"),
+    "opt": ModelFacts("learned", None, None, 1e-5, activation="relu"),
     "bert": ModelFacts("learned", None, None, 1e-12),
     "roberta": ModelFacts("learned", None, None, 1e-5),
-    "bloom": ModelFacts("alibi", None, None, 1e-5),
+    "bloom": ModelFacts("alibi", None, None, 1e-5, activation="gelu_tanh"),
     "mpt": ModelFacts("alibi", None, None, 1e-5),
 }
 _HF_SOURCE = re.compile(r"model_type '([A-Za-z0-9_]+)'")
@@ -104,6 +108,9 @@ def _from_spec_fields(model: ModelSpec, facts: ModelFacts) -> ModelFacts:
         v = getattr(model, attr, None)
         if isinstance(v, bool):
             kw[attr] = v
+    act = getattr(model, "activation", None)
+    if isinstance(act, str):
+        kw["activation"] = act
     if not kw:
         return facts
     out = replace(facts, **kw)
@@ -133,4 +140,7 @@ def model_facts(model: ModelSpec) -> ModelFacts:
                            source=f"transformers {m.group(1)} configuration defaults")
             if fam.position == "learned" and not model.learned_position_embeddings:
                 base = replace(base, position="rope", rope_base=10000.0)
-    return _from_spec_fields(model, base)
+    facts = _from_spec_fields(model, base)
+    if facts.activation is None:  # the usual MLP: SwiGLU gated, GELU plain
+        facts = replace(facts, activation="silu" if model.gated_mlp else "gelu")
+    return facts

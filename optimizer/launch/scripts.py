@@ -8,9 +8,16 @@ import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from costmodel.errors import InputError
 from costmodel.safe_io import check_text, printable
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
-from optimizer.launch.flags import job_shape, launch_env, launch_warnings, megatron_args
+from optimizer.launch.flags import (
+    job_shape,
+    launch_env,
+    launch_warnings,
+    megatron_args,
+    megatron_refusal,
+)
 
 _MASTER_PORT = 29500
 
@@ -65,6 +72,7 @@ def slurm_script(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     """An ``sbatch`` script (ecosystem.md section 6.1): one task per node running ``torchrun``
     with one process per GPU, rendezvous on the first node of the allocation."""
     nodes, per_node = job_shape(cluster, config)
+    _refuse_megatron(model, "slurm")
     args = megatron_args(model, cluster, training, config)
     env = launch_env(cluster, config)
     lines = ["#!/bin/bash",
@@ -99,6 +107,16 @@ def slurm_script(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     return "\n".join(lines) + "\n"
 
 
+def _refuse_megatron(model: ModelSpec, kind: str) -> None:
+    """The Slurm and Kubernetes wrappers run Megatron-LM: a model it cannot build as scored
+    (flags.megatron_refusal) is an input error (CLI exit 2), not a job without its flags."""
+    reason = megatron_refusal(model)
+    if reason is not None:
+        raise InputError("--emit", f"{kind}: {reason}",
+                         "the DeepSpeed or torchtitan artefacts of the JSON document "
+                         "(launch.targets) say whether they build this model")
+
+
 def _env_name(name: str) -> str:
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ValueError(f"not an environment variable name: {name!r}")  # a bug, not input
@@ -129,6 +147,7 @@ def k8s_manifest(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     image and volumes, so treat the replica counts, env and args as the patch to apply.
     """
     nodes, per_node = job_shape(cluster, config)
+    _refuse_megatron(model, "k8s")
     env = launch_env(cluster, config)
     args = ["--nnodes", str(nodes), "--nproc-per-node", str(per_node), script,
             *megatron_args(model, cluster, training, config)]

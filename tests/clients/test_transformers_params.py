@@ -122,7 +122,7 @@ def transformers():
     return rc.require("transformers")
 
 
-def _hf_count(transformers, cls_name: str, kw: dict) -> tuple[int, dict]:
+def _hf_count(transformers, cls_name: str, kw: dict) -> tuple[int, dict, object]:
     import torch
 
     cfg = getattr(transformers, cls_name)(**kw)
@@ -131,7 +131,25 @@ def _hf_count(transformers, cls_name: str, kw: dict) -> tuple[int, dict]:
             model = transformers.AutoModel.from_config(cfg, add_pooling_layer=False)
         else:
             model = transformers.AutoModelForCausalLM.from_config(cfg)
-    return sum(p.numel() for p in model.parameters()), cfg.to_dict()
+    return sum(p.numel() for p in model.parameters()), cfg.to_dict(), model
+
+
+# transformers' activation modules (activations.py, nn) -> ModelSpec.activation
+_ACT_MODULES = {"SiLU": "silu", "SiLUActivation": "silu", "GELUActivation": "gelu",
+                "NewGELUActivation": "gelu_tanh", "GELUTanh": "gelu_tanh",
+                "PytorchGELUTanh": "gelu_tanh", "FastGELUActivation": "gelu_tanh",
+                "BloomGelu": "gelu_tanh", "ReLU": "relu", "QuickGELUActivation": "quick_gelu"}
+
+
+def _hf_activation(model) -> str | None:
+    """The activation transformers' first MLP runs (its first activation module)."""
+    for mod in model.modules():
+        name = type(mod).__name__
+        if name == "GELU":  # torch.nn.GELU: erf unless approximate="tanh"
+            return "gelu_tanh" if mod.approximate == "tanh" else "gelu"
+        if name in _ACT_MODULES:
+            return _ACT_MODULES[name]
+    return None
 
 
 @pytest.mark.parametrize(("name", "cls_name", "kw"), ARCHS, ids=[a[0] for a in ARCHS])
@@ -141,7 +159,7 @@ def test_parameter_count_matches_transformers(transformers, name, cls_name, kw):
 
     if not hasattr(transformers, cls_name):
         rc.missing(f"transformers {transformers.__version__} has no {cls_name}")
-    exact, data = _hf_count(transformers, cls_name, kw)
+    exact, data, hf_model = _hf_count(transformers, cls_name, kw)
     try:
         spec = load_model(data)
     except InputError as e:
@@ -160,3 +178,6 @@ def test_parameter_count_matches_transformers(transformers, name, cls_name, kw):
     eps = next((data[k] for k in ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon",
                                   "norm_epsilon") if data.get(k) is not None), None)
     assert spec.norm_eps == eps, (spec.norm_eps, eps)
+    # the MLP activation the launch flags build (or refuse: Megatron has no GeGLU / ReLU)
+    hf_act = _hf_activation(hf_model)
+    assert hf_act is not None and spec.activation == hf_act, (spec.activation, hf_act)

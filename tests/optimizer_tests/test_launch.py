@@ -200,6 +200,21 @@ def test_megatron_recompute(recompute, expected):
             assert "--recompute-method" not in args
 
 
+@pytest.mark.parametrize(("modules", "names"), [
+    ("core_attn", ["core_attn"]), ("mlp", ["mlp"]), ("core_attn+mlp", ["core_attn", "mlp"]),
+    ("layernorm+moe_act", ["layernorm", "moe_act"])])
+def test_megatron_recompute_modules(modules, names):
+    c = cfg(recompute="selective", recompute_modules=modules)
+    args = megatron_args(LLAMA_65B, CLUSTER, TRAIN, c)
+    i = args.index("--recompute-modules")
+    assert args[i + 1:i + 1 + len(names)] == names
+    assert i + 1 + len(names) == len(args) or args[i + 1 + len(names)].startswith("--")
+    from optimizer.launch.flags import deepspeed_refusal
+
+    faithful = not deepspeed_refusal(c)
+    assert faithful == (modules == "core_attn")  # Megatron-DeepSpeed: the core only
+
+
 @pytest.mark.parametrize(("precision", "expected"), [
     ("bf16", ["--bf16"]),
     ("fp16", ["--fp16"]),
