@@ -97,68 +97,56 @@ def groups(min_runs=6):
 
 
 def moe_residual_rows():
-    """The MoE runs' residual rows, in the table's format (they are not in residuals.json)."""
-    import math
-
+    """The MoE runs' residual rows, in the table's format (for a table written before they
+    were in it)."""
     from optimizer.planning import intervals as iv
 
-    col = v.collect_runs(*v.load_data(v.resolve_data_dir()))
-    runs = [r for r in col.runs if r.step_time_s and r.model.moe is not None]
-    pred, _ = v.predict(runs)
-    out = []
-    for r in runs:
-        p = pred.get(r.id)
-        if p is None or not (math.isfinite(p.step_time_s) and p.step_time_s > 0):
-            continue
-        out.append({"id": r.id, "group": r.group,
-                    "class": [iv.generation(r.cluster.gpu.name), r.training.framework,
-                              iv.scale(r.cluster.num_nodes)],
-                    "log_residual": math.log(r.step_time_s / p.step_time_s)})
-    return out
+    return [r for r in iv.collect_residuals()["step_time"] if iv.row_kind(r) == "moe"]
 
 
 def coverage_report() -> None:
-    """Share of runs inside their printed 80% interval, per validation group: the shipped
-    table's runs (in-sample and each left out), the MoE runs against the interval printed
-    today (from the dense rows), and the MoE runs left out of a table that included them."""
+    """Share of runs inside their printed 80% interval, per validation group: in-sample, each
+    run left out, and the run's whole group left out (the interval from the other sources
+    only: runs the table has not seen); then the MoE runs against the dense interval (what
+    an MoE problem got before the MoE classes) and pooled into the dense classes."""
     from optimizer.planning import intervals as iv
 
-    rows = iv.residual_table()["step_time"]
-    ins, loo = iv.coverage(rows), iv.coverage(rows, leave_one_out=True)
-    print(f"{'group':44s} {'runs':>4s}  in-sample  left-out")
+    rows = list(iv.residual_table()["step_time"])
+    if not any(iv.row_kind(r) == "moe" for r in rows):
+        print("(residuals.json has no MoE rows: adding them from the validation data)")
+        rows += moe_residual_rows()
+    ins = iv.coverage(rows)
+    loo = iv.coverage(rows, leave_one_out=True)
+    lgo = iv.coverage(rows, leave_group_out=True)
+    print(f"{'group':44s} {'runs':>4s}  in-sample  left-out  group-left-out")
     for g, c in ins.items():
-        print(f"{g:44s} {c['runs']:4d}  {c['inside']:8.1%}  {loo[g]['inside']:8.1%}")
+        print(f"{g:44s} {c['runs']:4d}  {c['inside']:8.1%}  {loo[g]['inside']:8.1%}"
+              f"  {lgo[g]['inside']:8.1%}")
     n = sum(c["runs"] for c in ins.values())
-    print(f"{'all':44s} {n:4d}  {sum(c['runs'] * c['inside'] for c in ins.values()) / n:8.1%}"
-          f"  {sum(c['runs'] * c['inside'] for c in loo.values()) / n:8.1%}")
-    moe = moe_residual_rows()
-    today: dict[str, list[bool]] = {}
-    for r in moe:
-        g, fw, sc = r["class"]
-        x = iv.step_time_interval(g, fw, 2 if sc == "multi-node" else 1)
-        key = f"{r['group']} ({'/'.join(r['class'])})"
-        today.setdefault(key, []).append(x.low <= np.exp(r["log_residual"]) <= x.high)
-    print("MoE runs (not in residuals.json) inside the interval printed today:")
-    for k, b in sorted(today.items()):
-        print(f"  {k:60s} {len(b):4d}  {np.mean(b):6.1%}")
-    added = iv.coverage(rows + moe, leave_one_out=True)
-    print("with the MoE rows pooled into the same classes, left-out coverage:")
-    for g, c in added.items():
-        if g.startswith("mbridge") or c["inside"] != loo.get(g, {}).get("inside"):
-            print(f"  {g:44s} {c['runs']:4d}  {c['inside']:6.1%}")
+    tot = [sum(c["runs"] * c["inside"] for c in t.values()) / n for t in (ins, loo, lgo)]
+    print(f"{'all':44s} {n:4d}  {tot[0]:8.1%}  {tot[1]:8.1%}  {tot[2]:8.1%}")
+    dense = [r for r in rows if iv.row_kind(r) == "dense"]
+    moe = [r for r in rows if iv.row_kind(r) == "moe"]
     own: dict[str, list[bool]] = {}
-    for i, r in enumerate(moe):
-        g, fw, sc = r["class"]
-        x = iv.step_time_interval(g, fw, 2 if sc == "multi-node" else 1,
-                                  rows=[m for j, m in enumerate(moe) if j != i])
+    before: dict[str, list[bool]] = {}
+    for r in moe:
+        g, fw, sc = r["class"][:3]
         key = f"{r['group']} ({'/'.join(r['class'])})"
+        x = iv.step_time_interval(g, fw, 2 if sc == "multi-node" else 1, rows=dense)
+        before.setdefault(key, []).append(x.low <= np.exp(r["log_residual"]) <= x.high)
+        x = iv.step_time_interval(g, fw, 2 if sc == "multi-node" else 1, True,
+                                  rows=[m for m in rows if m is not r])
         own.setdefault(key, []).append(x.low <= np.exp(r["log_residual"]) <= x.high)
-    print("with MoE rows as classes of their own (MoE problems read only them; dense "
-          "intervals unchanged), left-out coverage:")
-    for k, b in sorted(own.items()):
-        print(f"  {k:60s} {len(b):4d}  {np.mean(b):6.1%}")
-    allb = [x for b in own.values() for x in b]
-    print(f"  {'all MoE runs':60s} {len(allb):4d}  {np.mean(allb):6.1%}")
+    print("MoE runs, each left out: inside the dense class's interval (before) / inside the "
+          "interval printed now (MoE classes):")
+    for k in sorted(own):
+        print(f"  {k:64s} {len(own[k]):4d}  {np.mean(before[k]):6.1%}  {np.mean(own[k]):6.1%}")
+    pooled = [dict(r, **{"class": r["class"][:3]}) for r in rows]  # every row read as dense
+    added = iv.coverage(pooled, leave_one_out=True)
+    print("(not taken) the MoE rows pooled into the dense classes, left-out coverage:")
+    for g, c in added.items():
+        if c["inside"] != loo[g]["inside"]:
+            print(f"  {g:44s} {c['runs']:4d}  {c['inside']:6.1%}")
 
 
 def main() -> None:

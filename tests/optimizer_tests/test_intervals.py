@@ -27,6 +27,32 @@ def test_thin_classes_fall_back_and_widen():
         assert x.low < 1 < x.high
 
 
+def _row(group, cls, r):
+    return {"id": f"{group}{r}", "group": group, "class": list(cls), "log_residual": r}
+
+
+def test_moe_problems_read_the_moe_rows_and_dense_ones_never_do():
+    dense = [
+        _row("d", ("hopper", "megatron", "multi-node", "dense"), 0.01 * k) for k in range(-10, 11)
+    ]
+    moe = [
+        _row("m", ("hopper", "megatron", "multi-node", "moe"), 0.5 + 0.01 * k)
+        for k in range(-10, 11)
+    ]
+    d = iv.step_time_interval("h100-sxm-80gb", "megatron", 8, rows=dense + moe)
+    assert d == iv.step_time_interval("h100-sxm-80gb", "megatron", 8, rows=dense)
+    assert d.high < 1.2 and d.fallback == 0
+    m = iv.step_time_interval("h100-sxm-80gb", "megatron", 8, True, rows=dense + moe)
+    assert m.fallback == 0 and m.low > 1.4 and m.basis.startswith("hopper/megatron/multi-node/moe")
+    # below 9 MoE runs: the dense class, widened one level
+    few = iv.step_time_interval("h100-sxm-80gb", "megatron", 8, True, rows=dense + moe[:8])
+    assert few.fallback == 1 and "widened x1.50" in few.basis
+    assert few.low < d.low and few.high > d.high
+    # a table written before the fourth class element: every row is dense
+    old = [dict(r, **{"class": r["class"][:3]}) for r in dense]
+    assert iv.step_time_interval("h100-sxm-80gb", "megatron", 8, rows=old) == d
+
+
 def test_every_candidate_carries_intervals_around_its_prediction():
     from optimizer import optimize
 
@@ -62,12 +88,43 @@ MIN_GROUP = 30
 def test_coverage_per_group_on_runs_left_out():
     rows = iv.residual_table()["step_time"]
     cov = iv.coverage(rows, leave_one_out=True)
+    assert "mbridge_perf_moe" in cov, (
+        "MoE rows missing: rerun python -m optimizer.planning.intervals"
+    )
     for g, c in cov.items():
         if c["runs"] >= MIN_GROUP:
             assert 0.70 <= c["inside"] <= 0.90, (g, c)
-    total = sum(c["runs"] * c["inside"] for c in cov.values()) / sum(c["runs"]
-                                                                     for c in cov.values())
+    total = sum(c["runs"] * c["inside"] for c in cov.values()) / sum(
+        c["runs"] for c in cov.values()
+    )
     assert 0.75 <= total <= 0.90
+
+
+def test_leave_group_out_holds_the_whole_group_out():
+    base = [_row("a", ("ampere", "megatron", "single-node"), 0.01 * k) for k in range(-20, 21)]
+    shifted = [
+        _row("b", ("ampere", "megatron", "single-node"), 1.0 + 0.01 * k) for k in range(-20, 21)
+    ]
+    loo = iv.coverage(base + shifted, leave_one_out=True)
+    lgo = iv.coverage(base + shifted, leave_group_out=True)
+    assert lgo["b"]["inside"] == 0.0 < loo["b"]["inside"]  # its own runs no longer help it
+    assert lgo["a"]["inside"] == 0.0
+
+
+# Runs the table has not seen (each group's interval from the other groups only), measured
+# with the table regenerated for cost model 0.6.1 plus the MoE rows: vtrain_single_node 87.3%,
+# mbridge_perf_moe 76.2%, llmfoundry_mpt_benchmarks 100%, bloom_prequel_config_sweep 29.3%,
+# vtrain_ground_truth_multi_node 12.7% (both outside 70-90%: they are the only two sources of
+# ampere/deepspeed/multi-node and disagree, median +15% vs -5%; see docs/calibration.md).
+# Held here: the MoE group left out, whose interval is then the dense class widened one level
+# (the fallback an MoE problem of a new hardware class gets).
+def test_unseen_moe_runs_fall_back_to_a_wide_enough_dense_interval():
+    rows = iv.residual_table()["step_time"]
+    cov = iv.coverage(rows, leave_group_out=True)
+    assert "mbridge_perf_moe" in cov, (
+        "MoE rows missing: rerun python -m optimizer.planning.intervals"
+    )
+    assert 0.70 <= cov["mbridge_perf_moe"]["inside"] <= 0.90, cov["mbridge_perf_moe"]
 
 
 def test_shipped_residuals_match_the_cost_model():
@@ -81,8 +138,10 @@ def test_shipped_residuals_match_the_cost_model():
     shipped = {r["id"]: r["log_residual"] for r in iv.residual_table()["step_time"]}
     assert fresh.keys() == shipped.keys(), "rerun: python -m optimizer.planning.intervals"
     worst = max(abs(fresh[k] - shipped[k]) for k in fresh)
-    assert worst < 1e-3, (f"residuals moved by {math.expm1(worst):.2%}: the cost model "
-                          "changed; rerun python -m optimizer.planning.intervals")
+    assert worst < 1e-3, (
+        f"residuals moved by {math.expm1(worst):.2%}: the cost model "
+        "changed; rerun python -m optimizer.planning.intervals"
+    )
 
 
 def test_cli_prints_the_interval_and_the_collapse():
