@@ -465,3 +465,12 @@ def test_bf16_gradient_reduction_halves_dense_and_expert_gradient_buffers():
     # 4 bytes -> 2 bytes per parameter, plus the step's fp32 cast of the ZeRO-1 shard (4 / 8)
     assert gb < 0.7 * ga
     assert b.memory.breakdown_bytes["weights"][0] == a.memory.breakdown_bytes["weights"][0]
+
+
+def test_moe_row_whose_grad_accum_contradicts_its_layout_is_skipped():
+    from optimizer.validation.published import SkipEntry, moe_layout_consistent
+
+    moe_layout_consistent({"grad_accum_reported": 8}, 512, 4, 16)  # 512 / (4 x 16) = 8
+    moe_layout_consistent({}, 512, 4, 16)  # not reported: nothing to contradict
+    with pytest.raises(SkipEntry, match="grad_accum_reported 2"):
+        moe_layout_consistent({"grad_accum_reported": 2}, 512, 4, 16)

@@ -875,6 +875,19 @@ def moe_segment_domain(domain: int | None, world: int, gpus_per_node: int) -> in
     return domain
 
 
+def moe_layout_consistent(par: Mapping[str, Any], gbs: int, mbs: int, dp: int) -> None:
+    """Raise :class:`SkipEntry` when a MoE table row's own gradient-accumulation column
+    (``grad_accum_reported``) contradicts its layout (``global_batch / (micro_batch x dp)``):
+    one of the four columns is misprinted and the run's micro-batch, batch or DP degree (and
+    so its step and its memory) cannot be told. Megatron-Bridge 25.11's GPT-OSS-120B on 64
+    H100 prints GA 2 beside GBS 512, MBS 4 and DP 16 (8); scored as printed it needs 116 GiB
+    of the 80."""
+    ga = _as_int(par.get("grad_accum_reported"))
+    if ga is not None and mbs * dp and ga * mbs * dp != gbs:
+        raise SkipEntry(f"inconsistent layout: grad_accum_reported {ga} != global_batch {gbs} "
+                        f"/ (micro_batch {mbs} x dp {dp}) = {gbs / (mbs * dp):g}")
+
+
 def moe_graphed(par: Mapping[str, Any]) -> bool:
     """Whether a MoE entry's recipe runs its MoE layers inside CUDA graphs
     (``recipe_hint.cuda_graph_impl: full_iteration``, or a graph scope naming the whole MoE
@@ -1098,6 +1111,7 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
         sp = nemo and tp > 1
     experts = {}
     if moe is not None:  # etp not stated: 1, the MoE recipes' setting (MoE README)
+        moe_layout_consistent(par, gbs, mbs, dp)
         experts = dict(ep=_as_int(par.get("ep")) or 1, etp=_as_int(par.get("etp")) or 1)
         if (tp * cp * dp) % (experts["ep"] * experts["etp"]) or \
                 moe["num_experts"] % experts["ep"]:
