@@ -172,14 +172,25 @@ def ep_comm_s(cluster, system, batch, ms: MoEShape, hidden: float, ea: float, rc
         a2a[flex] = np.maximum(nic, nvl)
     if mnnvl.any():
         # EP across the hosts of one NVLink domain (GB200/GB300 NVL72: MNNVL; Megatron's
-        # MoE README, HybridEP): (n-1)/n of the send buffer over the GPU's NVLink bandwidth,
-        # one NVLink latency per round of peers (the link model would price these host hops
-        # on the NICs)
-        r = ep_ranks[mnnvl].astype(float)
-        bw = cluster.gpu.nvlink_bandwidth_bytes_per_s or cluster.intra_node.bandwidth_bytes_per_s
-        rounds = np.ceil((r - 1.0) / coll.ALLTOALL_PEERS_PER_ROUND)
-        a2a[mnnvl] = (rounds * cluster.intra_node.latency_s
-                      + nbytes[mnnvl] * (r - 1.0) / r / bw)
+        # MoE README, HybridEP). NCCL fuses the domain's hosts into one node (nccl.md 1.1:
+        # "a 'node' in the model is an NVLink domain"), so nccl.md 7's practical model
+        # applies as inside a host: (n-1)/n of the send buffer at the one-node ring busBw
+        # per GPU, one P2P latency per round of 8 peers. Where the NCCL system does not fuse
+        # the domain (no MNNVL), the GPU's NVLink bandwidth and latency instead.
+        r = ep_ranks[mnnvl]
+        fused = bool(getattr(system, "mnnvl", False)) & (r <= system.gpus_per_node)
+        t = np.zeros(len(r))
+        if fused.any():
+            t[fused] = coll.alltoall_time_s(system, np.maximum(nbytes[mnnvl][fused], 1.0),
+                                            r[fused], np.ones(int(fused.sum()), np.int64))
+        if (~fused).any():
+            rf = r[~fused].astype(float)
+            bw = (cluster.gpu.nvlink_bandwidth_bytes_per_s
+                  or cluster.intra_node.bandwidth_bytes_per_s)
+            rounds = np.ceil((rf - 1.0) / coll.ALLTOALL_PEERS_PER_ROUND)
+            t[~fused] = (rounds * cluster.intra_node.latency_s
+                         + nbytes[mnnvl][~fused] * (rf - 1.0) / rf / bw)
+        a2a[mnnvl] = t
     etp = batch.etp
     gathered = nbytes * ms.etp
     ag = np.zeros(n)

@@ -474,3 +474,34 @@ def test_moe_row_whose_grad_accum_contradicts_its_layout_is_skipped():
     moe_layout_consistent({}, 512, 4, 16)  # not reported: nothing to contradict
     with pytest.raises(SkipEntry, match="grad_accum_reported 2"):
         moe_layout_consistent({"grad_accum_reported": 2}, 512, 4, 16)
+
+
+def test_ep_across_nvl72_trays_runs_at_the_fused_domains_ring_bandwidth():
+    # nccl.md 1.1 / 7: NCCL fuses an NVL72 domain's hosts into one node, so an EP group over
+    # two 4-GPU trays is priced as a one-node all-to-all (ring busBw per GPU), not at the
+    # NVLink datasheet bandwidth and not on the NICs
+    from dataclasses import replace
+
+    import numpy as np
+
+    from costmodel import collectives as coll
+    from costmodel.batch import ConfigBatch
+    from costmodel.groups import nccl_system
+    from costmodel.moe import ep_comm_s, moe_shape
+    from costmodel.shard import shard_of
+    from optimizer.validation.published import build_cluster
+
+    p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=64)
+    p = replace(p, cluster=build_cluster("gb200", 8, 4, None, nvlink_domain=72))
+    system = nccl_system(p.cluster)
+    assert system.mnnvl and p.cluster.gpus_per_node == 4
+    b = ConfigBatch.from_columns(tp=[1], pp=[1], dp=[8], ep=[8], etp=[1],
+                                 micro_batch_size=[1], zero_stage=[1])
+    sh = shard_of(p.model, p.training, b, p.cluster.gpus_per_node)
+    ms = moe_shape(p.model, p.training, b, sh.tokens, sh.tp)
+    got = ep_comm_s(p.cluster, system, b, ms, sh.hidden, 2.0, b.recompute, p.model, p.training)
+    nbytes = ms.routed * sh.hidden * 2.0
+    one = coll.alltoall_time_s(system, nbytes, np.array([8]), np.array([1]))
+    assert got[0] == pytest.approx(ms.frac * 2.0 * 2.0 * one[0])  # fwd + bwd, dispatch + combine
+    spec = nbytes[0] * 7 / 8 / p.cluster.gpu.nvlink_bandwidth_bytes_per_s
+    assert spec < one[0] < 1.5 * spec
