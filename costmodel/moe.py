@@ -75,6 +75,10 @@ def moe_shape(model, training, batch, tokens: np.ndarray, tp: np.ndarray) -> MoE
     m = model.moe
     iota = float(training.moe_load_imbalance if training.moe_load_imbalance is not None
                  else DEFAULT_LOAD_IMBALANCE)
+    if m.capacity_factor is not None:
+        # padded to capacity (Megatron drop_and_pad: every expert gets capacity = cf T k / E
+        # rows, num_out_tokens = capacity x E): the capacity factor replaces the imbalance
+        iota = float(m.capacity_factor)
     ep, etp = batch.ep.astype(float), batch.etp.astype(float)
     T = tokens / tp
     rows = iota * T * m.top_k * ep * etp / m.num_experts
@@ -235,42 +239,72 @@ def moe_diagnostics(model, cluster, training, config) -> dict:
     except Exception:  # an expert grid the rules reject
         crosses = False
     return {"ep_comm_s": layer * layers * m,
-            "host_stall_s": float(moe_host_stall_s(training, ms, batch.recompute)[0])
+            "host_stall_s": float(moe_host_stall_s(training, ms, batch.recompute, model)[0])
             * layers * m,
             "ep_crosses_domain": bool(crosses and config.ep > 1),
             "rows_per_expert": float(ms.rows_per_expert[0]),
             "local_experts": float(ms.local_experts[0])}
 
 
-def moe_host_stall_s(training, ms: MoEShape, rc) -> np.ndarray:
-    """The host stall of one MoE layer per micro-batch (forward and backward, and the
-    recomputed forward with full recompute), averaged over the model's layers.
+def moe_host_stall_s(training, ms: MoEShape, rc, model=None, gpu_layer_s=None,
+                     host_overlap_p: float = 7.0) -> np.ndarray:
+    """What the MoE dispatcher's host side adds to one layer per micro-batch (forward and
+    backward, and the recomputed forward with full recompute), averaged over the model's
+    layers.
 
-    The dropless dispatchers size the grouped GEMMs and the receive buffers from the tokens
-    per expert, which the host reads back from the GPU (``alltoall``: ``tokens_per_expert``
-    ``.cpu()`` in ``token_dispatcher.py``; the flex dispatchers' receive counts likewise):
-    the host stops running ahead of the GPU there, and the GPU then waits for the host to
-    launch the rest of the block in eager mode (permutes, the grouped GEMMs' per-expert
-    quantize and GEMM kernels, activation, unpermute). The stall is added to the layer's
-    time: the data's same-layout pairs show it about constant per layer and micro-batch
-    whatever the layer's GPU time (GB200 Qwen3-30B mbs 4: 4.7 ms; B300 mbs 8: 5.5 ms; B200
-    mbs 1 vs the model's GPU time: 6.3 ms), not hidden behind larger layers as a max(host,
-    GPU) would (that form scores the group 20.5% against 18.7%). Token dropping keeps the
-    sync (tokens per expert still vary up to the capacity unless padded to it): the data's
-    token-drop rows on GB200 run as fast as the dropless eager ones (Qwen3-30B 11.5 s in
-    25.09 vs 11.0 s in 25.11). Megatron removes the stall with CUDA graphs over the whole
-    iteration (``--cuda-graph-impl full_iteration``, with the sync-free dispatch it
-    requires): ``TrainingSpec.moe_cuda_graph``.
+    The host launches one eager MoE layer's kernels in ``H`` = :data:`MOE_HOST_STALL_S` (times
+    the passes). Megatron-Core (core_v0.16.1 ``token_dispatcher.py``,
+    ``MoEAlltoAllTokenDispatcher.preprocess`` and ``_maybe_dtoh_and_synchronize``):
+
+    - **dropless** (no capacity factor): the all-to-all splits and the tokens per expert are
+      copied to the host and waited for (``d2h_event.synchronize()`` at ``before_ep_alltoall``
+      when ep or tp > 1, else ``before_finish``; the flex dispatchers read their receive
+      counts likewise). The host stops running ahead of the GPU there, and the GPU then waits
+      for the host to launch the rest of the block: the two no longer overlap, and ``H`` is
+      added to the layer's time. The data's same-layout pairs show it about constant per
+      layer and micro-batch whatever the layer's GPU time (GB200 Qwen3-30B mbs 4: 4.7 ms;
+      B300 mbs 8: 5.5 ms; B200 mbs 1 vs the model's GPU time: 6.3 ms).
+    - **token drop padded to capacity** (``--moe-expert-capacity-factor`` with
+      ``--moe-pad-expert-input-to-capacity``, the setting of NeMo's token-drop benchmarks,
+      ``MegatronTokenDropCallback``): every split is ``capacity``, set on the host
+      (``drop_and_pad``: no device-to-host copy, no sync). The host runs ahead as for a dense
+      layer, and the layer takes the longer of its GPU time and ``H``, joined as the dense
+      host time is (:func:`costmodel.compute.soft_max` with the Megatron host p-norm). The
+      data's host-bound token-drop rows check ``H`` independently of the pair it is measured
+      on: Qwen3-30B on 8 B200, mbs 1, 25.09: 14.51 s = 4.72 ms per layer and micro-batch
+      (the model's GPU time 2.5 ms); Qwen3-235B on 64 GB200, mbs 1: 4.9 ms. Its GPU-bound
+      token-drop rows (mbs 2-4 or pp > 1, 25.09 only) run 1.4-1.9x the model's GPU time, as
+      the one 25.09 dense Blackwell row does (Llama 3.1 405B GB200: -29%): a release effect,
+      not the sync. Without ``--moe-pad-expert-input-to-capacity`` the splits vary and
+      Megatron syncs (``before_permutation_1``): that case is the dropless one; the spec's
+      ``capacity_factor`` means the padded variant.
+
+    Megatron removes the stall with CUDA graphs over the whole iteration
+    (``--cuda-graph-impl full_iteration``, with the sync-free dispatch it requires):
+    ``TrainingSpec.moe_cuda_graph``.
 
     :data:`MOE_HOST_STALL_S` is measured on one pair, not fitted to the group:
     Megatron-Bridge's Qwen3-30B-A3B on 8 GB200, ep 8, mbs 4, hybridep, the same layout in
     26.04 (CUDA graphs of attention, router and preprocess only: 10.04-10.07 s) and 26.06
     (full-iteration graphs: 6.40-6.44 s): 3.63 s over 16 micro-batches x 48 MoE layers =
-    4.7 ms."""
+    4.7 ms.
+
+    ``gpu_layer_s``: the averaged layer's time without this term (GPU passes, exposed
+    communication, the dense host time), needed for the padded token-drop form; without it
+    that form reports ``H`` (an upper bound). ``host_overlap_p``: the framework's
+    ``FrameworkCosts.host.host_overlap_p``."""
     if training.moe_cuda_graph:
         return np.zeros(np.shape(rc))
     passes = (3.0 + np.where(rc == 2, 1.0, 0.0)) / 3.0  # fwd + two backward halves (+ recompute)
-    return ms.frac * MOE_HOST_STALL_S * passes * np.ones(np.shape(ms.ep))
+    host = MOE_HOST_STALL_S * passes * np.ones(np.shape(ms.ep))
+    padded = model is not None and model.moe is not None and model.moe.capacity_factor is not None
+    if not padded or gpu_layer_s is None:
+        return ms.frac * host
+    from costmodel.compute import soft_max
+
+    g = np.asarray(gpu_layer_s, dtype=float)
+    joined = soft_max(g, host, host_overlap_p)
+    return ms.frac * np.subtract(joined, g, out=np.zeros(joined.shape), where=np.isfinite(g))
 
 
 def moe_activation_delta(model, sh, ms: MoEShape, rc, ea: float, fp8=False) -> np.ndarray:

@@ -505,3 +505,29 @@ def test_ep_across_nvl72_trays_runs_at_the_fused_domains_ring_bandwidth():
     assert got[0] == pytest.approx(ms.frac * 2.0 * 2.0 * one[0])  # fwd + bwd, dispatch + combine
     spec = nbytes[0] * 7 / 8 / p.cluster.gpu.nvlink_bandwidth_bytes_per_s
     assert spec < one[0] < 1.5 * spec
+
+
+def test_padded_token_drop_has_no_sync_and_capacity_sets_the_expert_rows():
+    # Megatron drop_and_pad: static splits, no device-to-host sync, so the host launch time H
+    # overlaps the GPU (the longer of the two) instead of adding to it; every expert gets
+    # capacity = cf T k / E rows
+    from dataclasses import replace
+
+    from costmodel.moe import MOE_HOST_STALL_S
+
+    p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=512)
+    drop = replace(p, model=replace(p.model, moe=replace(p.model.moe, capacity_factor=1.25)))
+    cols = dict(tp=[1, 1], pp=[1, 1], dp=[8, 8], ep=[8, 8], etp=[1, 1],
+                micro_batch_size=[1, 16], zero_stage=[1, 1])
+    graphed = _score(replace(p, training=replace(p.training, moe_cuda_graph=True)), **cols)
+    dropless = _score(p, **cols)
+    padded = _score(drop, **cols)
+    frac = p.model.moe_layers / p.model.num_layers
+    stall = dropless.layer.host_s - graphed.layer.host_s
+    assert stall == pytest.approx([frac * MOE_HOST_STALL_S] * 2)
+    extra = padded.layer.host_s - _score(replace(drop, training=replace(
+        drop.training, moe_cuda_graph=True)), **cols).layer.host_s
+    assert 0 < extra[1] < 0.05 * extra[0] and extra[0] < stall[0]  # mbs 16 hides H
+    fc1 = padded.distinct_layers.tables[0].kernel("moe.fc1")
+    fc1_dropless = dropless.distinct_layers.tables[0].kernel("moe.fc1")
+    assert fc1.m[0] > fc1_dropless.m[0]  # 1.25 x the balanced rows, padded to the tile
