@@ -17,7 +17,8 @@ Per micro-batch on one rank, Megatron-Core's ``alltoall`` dispatcher with groupe
   all-gather of ``etp T k h`` (and its reduce-scatter on combine), combine all-to-all of the
   same size; the backward runs the same four (modern-training.md 2.3): priced by
   :func:`costmodel.collectives.alltoall_time_s` (nccl.md section 7) on the EP group's real
-  geometry (:func:`costmodel.layout.group`: NVLink inside a host, the NICs across hosts);
+  geometry (:func:`costmodel.layout.group`: NVLink inside a host, the NICs across hosts;
+  inside one multi-host NVL72 domain the one-node case of the fused NCCL node);
   exposed (the ``--overlap-moe-expert-parallel-comm`` overlap is not modelled);
 - grouped expert GEMMs: ``E/ep`` local experts, each ``M = iota T k ep etp / E`` rows
   (modern-training.md 2.4), width ``f_e / etp``; TE's GroupedLinear / CUTLASS grouped GEMM
@@ -32,7 +33,9 @@ Per micro-batch on one rank, Megatron-Core's ``alltoall`` dispatcher with groupe
 ``iota``: :data:`DEFAULT_LOAD_IMBALANCE` for real routing (our choice: the most loaded EP
 rank's tokens over the mean; modern-training.md 2.4 calls the factor a modelling choice),
 ``TrainingSpec.moe_load_imbalance`` overrides it (1.0 for the force-balanced benchmarks of
-Megatron-Bridge's performance tables).
+Megatron-Bridge's performance tables). With a capacity factor (token drop padded to capacity)
+every expert holds exactly ``cf T k / E`` rows and ``cf`` takes its place. The host side of
+the dispatcher (its device-to-host sync, or none when padded): :func:`moe_host_stall_s`.
 """
 
 from __future__ import annotations

@@ -975,6 +975,8 @@ def skip_category(reason: str) -> str:
                      ("with pp > 1", "ZeRO-3/FSDP with pp > 1 (issue 21)"),
                      ("layout_complete: false", "incomplete layout (layout_complete: false)"),
                      ("expert grid", "expert grid does not tile the world (published layout)"),
+                     ("grad_accum_reported", "gradient accumulation contradicts the layout "
+                      "(published layout)"),
                      ("incomplete", "incomplete layout or model"),
                      ("NCCL", "NCCL bus-bandwidth entry"),
                      ("analytical", "analytical formula"),
