@@ -242,8 +242,10 @@ def moe_diagnostics(model, cluster, training, config) -> dict:
     except Exception:  # an expert grid the rules reject
         crosses = False
     return {"ep_comm_s": layer * layers * m,
-            "host_stall_s": float(moe_host_stall_s(training, ms, batch.recompute, model)[0])
-            * layers * m,
+            # the dropless dispatcher's sync stall; none when padded to capacity (the host
+            # runs ahead: a host-bound layer shows as the step's host overhead)
+            "host_stall_s": 0.0 if model.moe.capacity_factor is not None
+            else float(moe_host_stall_s(training, ms, batch.recompute)[0]) * layers * m,
             "ep_crosses_domain": bool(crosses and config.ep > 1),
             "rows_per_expert": float(ms.rows_per_expert[0]),
             "local_experts": float(ms.local_experts[0])}
