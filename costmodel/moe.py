@@ -105,6 +105,7 @@ def moe_kernels(model, sh, ms: MoEShape, ea: float) -> tuple[list[Kernel], list[
              Kernel("moe.permute", MEMORY, nbytes=4.0 * copies * h * ea, kernels=4.0),
              Kernel("moe.act", MEMORY, nbytes=(3.0 if model.gated_mlp else 2.0)
                     * copies * ms.width * ea, kernels=1.0)]
+    kerns += gpt_oss_expert_kernels(model, ms, copies, h, ea)
     if m.shared_experts:
         fs = float(m.shared_ffn_hidden_size)
         kerns += [Kernel("moe.shared_fc1", GEMM, sh.tokens, up * fs / sh.tp, h),
@@ -116,9 +117,45 @@ def moe_kernels(model, sh, ms: MoEShape, ea: float) -> tuple[list[Kernel], list[
             ops.append((f"{k.name}.bwd", k.name, "backward", "moe", 2.0, ("data", "weight")))
         else:
             ops.append((f"{k.name}.fwd", k.name, "forward", "moe", None, ()))
-            ops.append((f"{k.name}.bwd", k.name, "backward", "moe", 2.0 if k.name ==
-                        "moe.act" else None, ()))
+            ops.append((f"{k.name}.bwd", k.name, "backward", "moe",
+                        _MEMORY_BACKWARD.get(k.name), ()))
     return kerns, ops
+
+
+#: a memory kernel's backward traffic over its forward's (None: the same)
+_MEMORY_BACKWARD = {"moe.act": 2.0, "moe.expert_bias": 36.0 / 28.0, "moe.act_clamp": 10.0 / 8.0}
+
+
+def gpt_oss_expert_kernels(model, ms: MoEShape, copies, h, ea: float) -> list[Kernel]:
+    """The unfused element-wise passes of biased and clamped experts (GPT-OSS), from
+    Megatron-Core core_v0.16.1 ``experts.py`` (``TEGroupedMLP``) and
+    ``fusions/fused_bias_geglu.py``, HBM bytes per routed copy on the rank:
+
+    - ``_apply_bias`` (experts with biases, ``MoESpec.expert_bias``): the fc2 output of each
+      expert gets ``t + b * p`` (its bias times the token's routing probability) in a Python
+      loop over the local experts, then ``torch.cat`` and ``.to(dtype)``. The probabilities
+      are fp32 (the flex dispatchers cast them with ``.float()``; the router's fp32 dtype
+      otherwise, our assumption), so ``b * p`` and the sum are fp32 rows of ``h``: forward
+      write 4, read ``ea`` + 4 and write 4, cat read 4 write 4, cast read 4 write ``ea``
+      (24 + 2 ea bytes per element: 28 at 16 bits); backward the cast's and the add's
+      gradients (4 + ea each), ``g * p`` and ``g * b`` with their sums (12 each): 32 + 2 ea
+      (36). Two launches per local expert forward, plus the cat and the cast.
+    - the SwiGLU clamp (``MoESpec.activation_clamp``; ``weighted_bias_quick_geglu_impl``
+      with ``clamp_value``): ``chunk``, two ``clamp`` and a ``cat`` before the fused kernel,
+      on the fc1 output (``2 f_e / etp`` wide): forward read and write each half, then read
+      and write both (8 passes of ``f_e / etp`` elements); backward the clamps' gradients
+      (read the gradient and the input, write: 6) and the chunk's cat of the two (4): 10.
+
+    None for other models (the fused SwiGLU and TE's GEMM epilogues cover them)."""
+    m = model.moe
+    out = []
+    if m.expert_bias:
+        out.append(Kernel("moe.expert_bias", MEMORY, nbytes=(24.0 + 2.0 * ea) * copies * h,
+                          kernels=2.0 * ms.local_experts + 2.0))
+    if m.activation_clamp is not None:
+        out.append(Kernel("moe.act_clamp", MEMORY, nbytes=8.0 * copies * ms.width * ea,
+                          kernels=3.0))
+    return out
 
 
 def _remote_host_share(experts: int, k: int, hosts: int) -> float:

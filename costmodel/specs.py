@@ -236,7 +236,9 @@ class MoESpec:
     ``capacity_factor`` None = dropless. ``shared_ffn_hidden_size`` is the total width of the
     shared experts (Megatron ``--moe-shared-expert-intermediate-size``). ``expert_bias``:
     biases on the expert linears (GPT-OSS); ``router_bias``: a bias on the router (GPT-OSS);
-    ``shared_expert_gate``: Qwen2-MoE's sigmoid gate (h parameters).
+    ``shared_expert_gate``: Qwen2-MoE's sigmoid gate (h parameters). ``activation_clamp``:
+    the expert SwiGLU's clamp limit (GPT-OSS ``swiglu_limit`` 7.0; Megatron
+    ``activation_func_clamp_value``), None = no clamp.
     """
 
     num_experts: int
@@ -252,6 +254,7 @@ class MoESpec:
     expert_bias: bool = False
     shared_expert_gate: bool = False
     mtp_layers: int = 0
+    activation_clamp: float | None = None
 
     def __post_init__(self) -> None:
         s = "model.moe"
@@ -268,6 +271,8 @@ class MoESpec:
                              f"{self.shared_experts}", "give both or neither")
         if self.capacity_factor is not None:
             _set(self, "capacity_factor", _pos(s, "capacity_factor", self.capacity_factor))
+        if self.activation_clamp is not None:
+            _set(self, "activation_clamp", _pos(s, "activation_clamp", self.activation_clamp))
         _set(self, "router", _choice(s, "router", self.router, ROUTERS))
         for name in ("router_bias", "expert_bias", "shared_expert_gate"):
             _set(self, name, _bool(s, name, getattr(self, name)))

@@ -531,3 +531,32 @@ def test_padded_token_drop_has_no_sync_and_capacity_sets_the_expert_rows():
     fc1 = padded.distinct_layers.tables[0].kernel("moe.fc1")
     fc1_dropless = dropless.distinct_layers.tables[0].kernel("moe.fc1")
     assert fc1.m[0] > fc1_dropless.m[0]  # 1.25 x the balanced rows, padded to the tile
+
+
+def test_gpt_oss_biased_clamped_experts_add_their_unfused_passes():
+    # core_v0.16.1 TEGroupedMLP._apply_bias (fp32 t + b p per expert, cat, cast) and the
+    # clamp + cat before the fused quick-GeGLU: HBM passes a plain SwiGLU expert has not
+    from dataclasses import replace
+
+    from costmodel.batch import ConfigBatch
+    from costmodel.moe import gpt_oss_expert_kernels, moe_shape
+    from costmodel.shard import shard_of
+
+    p = _problem(model="gpt-oss-120b", gpus=64, gpu="b200", seq=4096, gbs=512)
+    assert p.model.moe.expert_bias and p.model.moe.activation_clamp == 7.0
+    cols = dict(tp=[1], pp=[1], dp=[64], ep=[64], etp=[1], micro_batch_size=[4],
+                zero_stage=[1])
+    b = ConfigBatch.from_columns(**cols)
+    sh = shard_of(p.model, p.training, b, p.cluster.gpus_per_node)
+    ms = moe_shape(p.model, p.training, b, sh.tokens, sh.tp)
+    kb, kc = gpt_oss_expert_kernels(p.model, ms, ms.routed * ms.etp, sh.hidden, 2.0)
+    copies = ms.routed[0]
+    assert kb.nbytes[0] == pytest.approx(28.0 * copies * 2880)  # fp32 bias rows of h
+    assert kc.nbytes[0] == pytest.approx(8.0 * copies * 2880 * 2.0)  # 8 passes of f_e
+    plain = replace(p.model, moe=replace(p.model.moe, expert_bias=False,
+                                         activation_clamp=None))
+    assert gpt_oss_expert_kernels(plain, ms, copies, sh.hidden, 2.0) == []
+    with_passes = _score(p, **cols).layer
+    without = _score(replace(p, model=plain), **cols).layer
+    assert with_passes.forward_s[0] > without.forward_s[0]
+    assert with_passes.backward_s[0] > without.backward_s[0]

@@ -930,7 +930,9 @@ def moe_model_spec(spec: ModelSpec, model: Mapping[str, Any]) -> ModelSpec:
     oss = "gpt-oss" in name or "gpt_oss" in name
     moe = dict(moe_block(model))
     if oss:
-        moe.update(router_bias=True, expert_bias=True)
+        # biased expert linears and the clamped SwiGLU (Bridge GPTOSSProvider:
+        # activation_func_clamp_value 7.0; HF swiglu_limit)
+        moe.update(router_bias=True, expert_bias=True, activation_clamp=7.0)
     try:
         return replace(spec, moe=MoESpec(**moe), mla=mla_block(model), gated_mlp=True,
                        tied_embeddings=False, learned_position_embeddings=False,
