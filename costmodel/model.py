@@ -60,7 +60,7 @@ from costmodel.schedule import (
     zero_bubble_ratio,
 )
 from costmodel.shard import Shard, shard_of
-from costmodel.specs import ClusterSpec, ModelSpec, StagePlanCode, TrainingSpec
+from costmodel.specs import ClusterSpec, ModelSpec, Precision, StagePlanCode, TrainingSpec
 from costmodel.stage_memory import (  # noqa: F401  (re-exported)
     FP8_WEIGHT_CACHE_BYTES,
     MemoryResult,
@@ -236,7 +236,8 @@ def _with_moe(layer: LayerCosts, model, cluster, system, training, batch, shard,
     moe = _moe_terms(model, cluster, system, training, batch, shard, ea)
     layer = layer.with_(tp_comm_s=layer.tp_comm_s + moe["ep_comm_s"])
     stall = moe_host_stall_s(training, moe["shape"], batch.recompute, model=model,
-                             gpu_layer_s=layer.total_s, host_overlap_p=host_overlap_p)
+                             gpu_layer_s=layer.total_s, host_overlap_p=host_overlap_p,
+                             fp8=batch.precision == Precision.FP8)
     return layer.with_(host_s=layer.host_s + stall), moe
 
 

@@ -56,8 +56,21 @@ DEFAULT_LOAD_IMBALANCE = 1.1
 #: rows of the grouped GEMM's CTA tile each expert's token block is padded to
 GROUPED_GEMM_TILE_M = 128.0
 #: host stall of one eager MoE layer per micro-batch (forward + backward) at the dropless
-#: dispatcher's device-to-host sync (moe_host_stall_s)
+#: dispatcher's device-to-host sync (moe_host_stall_s), measured on Qwen3-30B-A3B mxfp8 with
+#: 16 local experts (the pair below); other layers scale its per-expert part
+#: (moe_host_launch_s)
 MOE_HOST_STALL_S = 4.7e-3
+#: host time of one kernel launch issued from Transformer Engine's C++ loops over the local
+#: experts (a cuBLAS GEMM or a quantize kernel per expert, no Python dispatch in between):
+#: the order of a bare CUDA launch's host cost, a few us (NVIDIA, "Getting Started with CUDA
+#: Graphs", 2019: a few us per short kernel launched in a stream loop). Chosen, not fitted:
+#: the mbridge_perf_moe figure is flat from 0 to 5 us (13.39 / 13.40 / 13.40% at 0, 2.5, 5)
+#: and worse above (10 us: 13.8%, 20 us: 15.0%), so the data bounds it to a few us; the
+#: host-bound padded Qwen3-235B rows (2 local experts, 4.9 ms per layer) against the B200
+#: Qwen3-30B one (16, 4.7 ms) say the same (moe_host_launch_s)
+MOE_LAUNCH_HOST_S = 2.5e-6
+#: the measured pair's layer: Qwen3-30B-A3B, 128 experts on ep 8 (16 local), fp8 (mxfp8)
+_PAIR_LOCAL_EXPERTS, _PAIR_FP8 = 16.0, True
 
 
 @dataclass(frozen=True)
@@ -263,6 +276,7 @@ def moe_diagnostics(model, cluster, training, config) -> dict:
     from costmodel.compute import ACT_BYTES
     from costmodel.groups import nccl_system
     from costmodel.shard import shard_of
+    from costmodel.specs import Precision
 
     batch = ConfigBatch.from_configs([config])
     sh = shard_of(model, training, batch, cluster.gpus_per_node)
@@ -282,14 +296,49 @@ def moe_diagnostics(model, cluster, training, config) -> dict:
             # the dropless dispatcher's sync stall; none when padded to capacity (the host
             # runs ahead: a host-bound layer shows as the step's host overhead)
             "host_stall_s": 0.0 if model.moe.capacity_factor is not None
-            else float(moe_host_stall_s(training, ms, batch.recompute)[0]) * layers * m,
+            else float(moe_host_stall_s(training, ms, batch.recompute, model=model,
+                                        fp8=batch.precision == Precision.FP8)[0])
+            * layers * m,
             "ep_crosses_domain": bool(crosses and config.ep > 1),
             "rows_per_expert": float(ms.rows_per_expert[0]),
             "local_experts": float(ms.local_experts[0])}
 
 
+def expert_launches(model, fp8) -> np.ndarray:
+    """Kernel launches per local expert of one MoE layer and micro-batch (forward and
+    backward), from core_v0.16.1's ``TEGroupedMLP`` on Transformer Engine's
+    ``GroupedLinear`` (``--moe-grouped-gemm``, every Megatron-Bridge MoE recipe): TE runs
+    its grouped GEMM as one cuBLAS GEMM per expert (``general_grouped_gemm``), so fc1 and
+    fc2 forward, and their data- and weight-gradient GEMMs: 6; with fp8 (any recipe) each
+    GEMM input is quantized per expert (``split_quantize``: one kernel per split), the two
+    forward inputs and the two output gradients: 4; with expert biases (GPT-OSS)
+    ``TEGroupedMLP._apply_bias`` loops over the experts in Python (``t + b * p``: a multiply
+    and an add forward, their four gradient kernels backward): 6. A fused grouped GEMM
+    (CUTLASS / cuDNN grouped MLP, ``cutedsl_fused_grouped_mlp``) launches once for all
+    experts; the data's recipes with it run under full-iteration CUDA graphs (no host term)."""
+    bias = 6.0 if model is not None and model.moe is not None and model.moe.expert_bias \
+        else 0.0
+    return 6.0 + 4.0 * np.asarray(fp8, dtype=float) + bias
+
+
+def moe_host_launch_s(model, ms: MoEShape, fp8) -> np.ndarray:
+    """``H``: the host time to launch one eager MoE layer per micro-batch (forward and
+    backward): the measured pair's :data:`MOE_HOST_STALL_S` with its per-expert launches
+    (:func:`expert_launches` x 16 local experts x :data:`MOE_LAUNCH_HOST_S` = 0.4 ms) replaced
+    by this layer's (its local experts ``E / ep``, its precision, its biases). The rest
+    (attention, router, dispatcher, permutation, all-to-all calls: 4.3 ms) is the pair's.
+    DeepSeek-V3 mxfp8 on ep 8 (32 local experts) takes 4.3 + 0.8 ms; on ep 64 (4), 4.3 +
+    0.1 ms. Not modelled: per-layer CUDA graph scopes (``attn``, ``moe_router``,
+    ``moe_preprocess``: the pair had the last two captured), the dispatcher's own launch
+    count (alltoall vs the flex dispatchers), ``--moe-permute-fusion`` / router fusion (on
+    in every recipe of the data), an unfused ``SequentialMLP`` (a full MLP per expert)."""
+    rest = MOE_HOST_STALL_S - MOE_LAUNCH_HOST_S * _PAIR_LOCAL_EXPERTS * float(
+        expert_launches(None, _PAIR_FP8))
+    return rest + MOE_LAUNCH_HOST_S * ms.local_experts * expert_launches(model, fp8)
+
+
 def moe_host_stall_s(training, ms: MoEShape, rc, model=None, gpu_layer_s=None,
-                     host_overlap_p: float = 7.0) -> np.ndarray:
+                     host_overlap_p: float = 7.0, fp8=None) -> np.ndarray:
     """What the MoE dispatcher's host side adds to one layer per micro-batch (forward and
     backward, and the recomputed forward with full recompute), averaged over the model's
     layers.
@@ -338,7 +387,10 @@ def moe_host_stall_s(training, ms: MoEShape, rc, model=None, gpu_layer_s=None,
     if training.moe_cuda_graph:
         return np.zeros(np.shape(rc))
     passes = (3.0 + np.where(rc == 2, 1.0, 0.0)) / 3.0  # fwd + two backward halves (+ recompute)
-    host = MOE_HOST_STALL_S * passes * np.ones(np.shape(ms.ep))
+    if fp8 is None:  # the measured pair's constant
+        host = MOE_HOST_STALL_S * passes * np.ones(np.shape(ms.ep))
+    else:
+        host = moe_host_launch_s(model, ms, fp8) * passes
     padded = model is not None and model.moe is not None and model.moe.capacity_factor is not None
     if not padded or gpu_layer_s is None:
         return ms.frac * host
@@ -386,6 +438,7 @@ def expert_param_split(model) -> tuple[float, float]:
     return (model.layers_params - experts) / L, experts / L
 
 
-__all__ = ["DEFAULT_LOAD_IMBALANCE", "GROUPED_GEMM_TILE_M", "MOE_HOST_STALL_S", "SMALL_ROWS_PER_EXPERT", "MoEShape", "active_layer_gemm_params",
-           "dispatcher_buffer_bytes", "ep_comm_s", "expert_param_split", "moe_activation_delta",
-           "moe_diagnostics", "moe_host_stall_s", "moe_kernels", "moe_shape"]
+__all__ = ["DEFAULT_LOAD_IMBALANCE", "GROUPED_GEMM_TILE_M", "MOE_HOST_STALL_S", "MOE_LAUNCH_HOST_S", "SMALL_ROWS_PER_EXPERT", "MoEShape", "active_layer_gemm_params",
+           "dispatcher_buffer_bytes", "ep_comm_s", "expert_launches", "expert_param_split", "moe_activation_delta",
+           "moe_diagnostics", "moe_host_launch_s", "moe_host_stall_s", "moe_kernels",
+           "moe_shape"]

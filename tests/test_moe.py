@@ -348,7 +348,7 @@ def test_nvl72_segments_keep_ep_groups_inside_a_rack():
 def test_moe_host_stall_unless_cuda_graphed():
     from dataclasses import replace
 
-    from costmodel.moe import MOE_HOST_STALL_S
+    from costmodel.moe import MOE_HOST_STALL_S, MOE_LAUNCH_HOST_S
     from optimizer.validation.published import moe_graphed
 
     assert moe_graphed({"recipe_hint": {"cuda_graph_impl": "full_iteration"}})
@@ -361,7 +361,8 @@ def test_moe_host_stall_unless_cuda_graphed():
     graphed = _score(replace(p, training=replace(p.training, moe_cuda_graph=True)), **cols)
     frac = p.model.moe_layers / p.model.num_layers
     stall = eager.layer.host_s[0] - graphed.layer.host_s[0]
-    assert stall == pytest.approx(frac * MOE_HOST_STALL_S)
+    # bf16, 16 local experts: the pair's 4.7 ms less its 16 x 4 fp8 quantize launches
+    assert stall == pytest.approx(frac * (MOE_HOST_STALL_S - 64 * MOE_LAUNCH_HOST_S))
 
 
 def test_fp8_keeps_routed_gemm_inputs_in_one_byte():
@@ -513,7 +514,7 @@ def test_padded_token_drop_has_no_sync_and_capacity_sets_the_expert_rows():
     # capacity = cf T k / E rows
     from dataclasses import replace
 
-    from costmodel.moe import MOE_HOST_STALL_S
+    from costmodel.moe import MOE_HOST_STALL_S, MOE_LAUNCH_HOST_S
 
     p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=512)
     drop = replace(p, model=replace(p.model, moe=replace(p.model.moe, capacity_factor=1.25)))
@@ -524,7 +525,8 @@ def test_padded_token_drop_has_no_sync_and_capacity_sets_the_expert_rows():
     padded = _score(drop, **cols)
     frac = p.model.moe_layers / p.model.num_layers
     stall = dropless.layer.host_s - graphed.layer.host_s
-    assert stall == pytest.approx([frac * MOE_HOST_STALL_S] * 2)
+    h = MOE_HOST_STALL_S - 64 * MOE_LAUNCH_HOST_S  # bf16, 16 local experts
+    assert stall == pytest.approx([frac * h] * 2)
     extra = padded.layer.host_s - _score(replace(drop, training=replace(
         drop.training, moe_cuda_graph=True)), **cols).layer.host_s
     assert 0 < extra[1] < 0.05 * extra[0] and extra[0] < stall[0]  # mbs 16 hides H
@@ -560,3 +562,33 @@ def test_gpt_oss_biased_clamped_experts_add_their_unfused_passes():
     without = _score(replace(p, model=plain), **cols).layer
     assert with_passes.forward_s[0] > without.forward_s[0]
     assert with_passes.backward_s[0] > without.backward_s[0]
+
+
+def test_host_launch_time_follows_local_experts_precision_and_biases():
+    # H = the measured pair's 4.7 ms (Qwen3-30B mxfp8, 16 local experts) with its per-expert
+    # launches (6 GEMMs + 4 fp8 quantizes per expert, TE GroupedLinear) replaced by the layer's
+    from dataclasses import replace
+
+    import numpy as np
+
+    from costmodel.moe import (
+        MOE_HOST_STALL_S,
+        MOE_LAUNCH_HOST_S,
+        MoEShape,
+        expert_launches,
+        moe_host_launch_s,
+    )
+
+    p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=512)
+
+    def shape(local):
+        one = np.ones(len(local))
+        return MoEShape(one, one, np.asarray(local, float), one, one, one, one, 1.0)
+
+    h = moe_host_launch_s(p.model, shape([16, 32, 4, 16]), np.array([1, 1, 1, 0], bool))
+    assert h[0] == pytest.approx(MOE_HOST_STALL_S)  # the pair itself
+    assert h[1] - h[0] == pytest.approx(16 * 10 * MOE_LAUNCH_HOST_S)
+    assert h[2] < h[0] < h[1] and h[3] == pytest.approx(h[0] - 64 * MOE_LAUNCH_HOST_S)
+    oss = replace(p.model, moe=replace(p.model.moe, expert_bias=True))
+    assert float(expert_launches(oss, False)) == 12.0  # _apply_bias's per-expert loop
+    assert float(expert_launches(p.model, True)) == 10.0
