@@ -64,13 +64,21 @@ MOE_HOST_STALL_S = 4.7e-3
 #: experts (a cuBLAS GEMM or a quantize kernel per expert, no Python dispatch in between):
 #: the order of a bare CUDA launch's host cost, a few us (NVIDIA, "Getting Started with CUDA
 #: Graphs", 2019: a few us per short kernel launched in a stream loop). Chosen, not fitted:
-#: the mbridge_perf_moe figure is flat from 0 to 5 us (13.39 / 13.40 / 13.40% at 0, 2.5, 5)
-#: and worse above (10 us: 13.8%, 20 us: 15.0%), so the data bounds it to a few us; the
-#: host-bound padded Qwen3-235B rows (2 local experts, 4.9 ms per layer) against the B200
-#: Qwen3-30B one (16, 4.7 ms) say the same (moe_host_launch_s)
+#: with MOE_ALLTOALL_HOST_S the mbridge_perf_moe figure is 13.09 / 12.61 / 12.61 / 13.15% at
+#: 0 / 2.5 / 5 / 10 us (without it flat from 0 to 5 us, 13.39-13.40%, and 15.0% at 20 us), so
+#: the data bounds it to a few us; the host-bound padded Qwen3-235B rows (2 local experts,
+#: 4.9 ms per layer) against the B200 Qwen3-30B one (16, 4.7 ms) say the same
+#: (moe_host_launch_s)
 MOE_LAUNCH_HOST_S = 2.5e-6
-#: the measured pair's layer: Qwen3-30B-A3B, 128 experts on ep 8 (16 local), fp8 (mxfp8)
+#: the measured pair's layer: Qwen3-30B-A3B, 128 experts on ep 8 (16 local), fp8 (mxfp8),
+#: the flex dispatcher (HybridEP)
 _PAIR_LOCAL_EXPERTS, _PAIR_FP8 = 16.0, True
+#: what Megatron's ``alltoall`` dispatcher adds to the host time of one MoE layer and
+#: micro-batch (forward + backward) over the flex dispatcher the pair ran. FITTED over
+#: mbridge_perf_moe (the one fitted parameter of the host term; group MAPE 13.40 / 12.88 /
+#: 12.73 / 12.61 / 12.60 / 12.60% at 0 / 0.3 / 0.4 / 0.5 / 0.6 / 0.7 ms, worse above: 13.2%
+#: at 1.5 ms); the count of its extra calls gives the same order (moe_host_launch_s)
+MOE_ALLTOALL_HOST_S = 0.5e-3
 
 
 @dataclass(frozen=True)
@@ -321,7 +329,7 @@ def expert_launches(model, fp8) -> np.ndarray:
     return 6.0 + 4.0 * np.asarray(fp8, dtype=float) + bias
 
 
-def moe_host_launch_s(model, ms: MoEShape, fp8) -> np.ndarray:
+def moe_host_launch_s(model, ms: MoEShape, fp8, dispatcher: str = "flex") -> np.ndarray:
     """``H``: the host time to launch one eager MoE layer per micro-batch (forward and
     backward): the measured pair's :data:`MOE_HOST_STALL_S` with its per-expert launches
     (:func:`expert_launches` x 16 local experts x :data:`MOE_LAUNCH_HOST_S` = 0.4 ms) replaced
@@ -331,10 +339,23 @@ def moe_host_launch_s(model, ms: MoEShape, fp8) -> np.ndarray:
     0.1 ms. Not modelled: per-layer CUDA graph scopes (``attn``, ``moe_router``,
     ``moe_preprocess``: the pair had the last two captured), the dispatcher's own launch
     count (alltoall vs the flex dispatchers), ``--moe-permute-fusion`` / router fusion (on
-    in every recipe of the data), an unfused ``SequentialMLP`` (a full MLP per expert)."""
+    in every recipe of the data), an unfused ``SequentialMLP`` (a full MLP per expert).
+
+    ``dispatcher``: the pair ran the flex dispatcher (HybridEP: permutation fused into its
+    dispatch and combine kernels, one custom op each way). Megatron's ``alltoall``
+    dispatcher (core_v0.16.1 ``MoEAlltoAllTokenDispatcher``) runs from Python what that
+    fuses: the permute and unpermute (TE ``moe_permute`` / ``moe_unpermute``), the chunk
+    sorts between the EP ranks' and the local experts' order (``sort_chunks_by_idxs``, local
+    experts > 1), forward and backward (about 16 autograd functions), and four
+    ``all_to_all_single`` calls through ProcessGroupNCCL with host-side split lists (forward
+    dispatch and combine, and their backward): at a few tens of us per Python-dispatched
+    autograd function and ~45 us per collective call (the per-collective host time
+    ``calibration.py`` fits on vTrain), about 0.3 + 0.2 ms. :data:`MOE_ALLTOALL_HOST_S`
+    (0.5 ms) is fitted over the group and agrees with that count."""
     rest = MOE_HOST_STALL_S - MOE_LAUNCH_HOST_S * _PAIR_LOCAL_EXPERTS * float(
         expert_launches(None, _PAIR_FP8))
-    return rest + MOE_LAUNCH_HOST_S * ms.local_experts * expert_launches(model, fp8)
+    a2a = MOE_ALLTOALL_HOST_S if dispatcher == "alltoall" else 0.0
+    return rest + a2a + MOE_LAUNCH_HOST_S * ms.local_experts * expert_launches(model, fp8)
 
 
 def moe_host_stall_s(training, ms: MoEShape, rc, model=None, gpu_layer_s=None,
@@ -390,7 +411,7 @@ def moe_host_stall_s(training, ms: MoEShape, rc, model=None, gpu_layer_s=None,
     if fp8 is None:  # the measured pair's constant
         host = MOE_HOST_STALL_S * passes * np.ones(np.shape(ms.ep))
     else:
-        host = moe_host_launch_s(model, ms, fp8) * passes
+        host = moe_host_launch_s(model, ms, fp8, training.moe_dispatcher) * passes
     padded = model is not None and model.moe is not None and model.moe.capacity_factor is not None
     if not padded or gpu_layer_s is None:
         return ms.frac * host
@@ -438,7 +459,7 @@ def expert_param_split(model) -> tuple[float, float]:
     return (model.layers_params - experts) / L, experts / L
 
 
-__all__ = ["DEFAULT_LOAD_IMBALANCE", "GROUPED_GEMM_TILE_M", "MOE_HOST_STALL_S", "MOE_LAUNCH_HOST_S", "SMALL_ROWS_PER_EXPERT", "MoEShape", "active_layer_gemm_params",
+__all__ = ["DEFAULT_LOAD_IMBALANCE", "GROUPED_GEMM_TILE_M", "MOE_ALLTOALL_HOST_S", "MOE_HOST_STALL_S", "MOE_LAUNCH_HOST_S", "SMALL_ROWS_PER_EXPERT", "MoEShape", "active_layer_gemm_params",
            "dispatcher_buffer_bytes", "ep_comm_s", "expert_launches", "expert_param_split", "moe_activation_delta",
            "moe_diagnostics", "moe_host_launch_s", "moe_host_stall_s", "moe_kernels",
            "moe_shape"]

@@ -348,7 +348,7 @@ def test_nvl72_segments_keep_ep_groups_inside_a_rack():
 def test_moe_host_stall_unless_cuda_graphed():
     from dataclasses import replace
 
-    from costmodel.moe import MOE_HOST_STALL_S, MOE_LAUNCH_HOST_S
+    from costmodel.moe import MOE_ALLTOALL_HOST_S, MOE_HOST_STALL_S, MOE_LAUNCH_HOST_S
     from optimizer.validation.published import moe_graphed
 
     assert moe_graphed({"recipe_hint": {"cuda_graph_impl": "full_iteration"}})
@@ -361,8 +361,14 @@ def test_moe_host_stall_unless_cuda_graphed():
     graphed = _score(replace(p, training=replace(p.training, moe_cuda_graph=True)), **cols)
     frac = p.model.moe_layers / p.model.num_layers
     stall = eager.layer.host_s[0] - graphed.layer.host_s[0]
-    # bf16, 16 local experts: the pair's 4.7 ms less its 16 x 4 fp8 quantize launches
-    assert stall == pytest.approx(frac * (MOE_HOST_STALL_S - 64 * MOE_LAUNCH_HOST_S))
+    # bf16, 16 local experts: the pair's 4.7 ms less its 16 x 4 fp8 quantize launches, plus
+    # the alltoall dispatcher's host time over the pair's flex dispatcher
+    assert p.training.moe_dispatcher == "alltoall"
+    assert stall == pytest.approx(frac * (MOE_HOST_STALL_S - 64 * MOE_LAUNCH_HOST_S
+                                          + MOE_ALLTOALL_HOST_S))
+    flex = _score(replace(p, training=replace(p.training, moe_dispatcher="flex")), **cols)
+    assert flex.layer.host_s[0] - graphed.layer.host_s[0] == pytest.approx(
+        stall - frac * MOE_ALLTOALL_HOST_S)
 
 
 def test_fp8_keeps_routed_gemm_inputs_in_one_byte():
@@ -514,7 +520,7 @@ def test_padded_token_drop_has_no_sync_and_capacity_sets_the_expert_rows():
     # capacity = cf T k / E rows
     from dataclasses import replace
 
-    from costmodel.moe import MOE_HOST_STALL_S, MOE_LAUNCH_HOST_S
+    from costmodel.moe import MOE_ALLTOALL_HOST_S, MOE_HOST_STALL_S, MOE_LAUNCH_HOST_S
 
     p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=512)
     drop = replace(p, model=replace(p.model, moe=replace(p.model.moe, capacity_factor=1.25)))
@@ -525,7 +531,8 @@ def test_padded_token_drop_has_no_sync_and_capacity_sets_the_expert_rows():
     padded = _score(drop, **cols)
     frac = p.model.moe_layers / p.model.num_layers
     stall = dropless.layer.host_s - graphed.layer.host_s
-    h = MOE_HOST_STALL_S - 64 * MOE_LAUNCH_HOST_S  # bf16, 16 local experts
+    # bf16, 16 local experts, the alltoall dispatcher
+    h = MOE_HOST_STALL_S - 64 * MOE_LAUNCH_HOST_S + MOE_ALLTOALL_HOST_S
     assert stall == pytest.approx([frac * h] * 2)
     extra = padded.layer.host_s - _score(replace(drop, training=replace(
         drop.training, moe_cuda_graph=True)), **cols).layer.host_s
@@ -572,6 +579,7 @@ def test_host_launch_time_follows_local_experts_precision_and_biases():
     import numpy as np
 
     from costmodel.moe import (
+        MOE_ALLTOALL_HOST_S,
         MOE_HOST_STALL_S,
         MOE_LAUNCH_HOST_S,
         MoEShape,
@@ -592,3 +600,5 @@ def test_host_launch_time_follows_local_experts_precision_and_biases():
     oss = replace(p.model, moe=replace(p.model.moe, expert_bias=True))
     assert float(expert_launches(oss, False)) == 12.0  # _apply_bias's per-expert loop
     assert float(expert_launches(p.model, True)) == 10.0
+    a2a = moe_host_launch_s(p.model, shape([16]), np.array([1], bool), "alltoall")
+    assert a2a[0] == pytest.approx(MOE_HOST_STALL_S + MOE_ALLTOALL_HOST_S)
