@@ -79,6 +79,17 @@ _PAIR_LOCAL_EXPERTS, _PAIR_FP8 = 16.0, True
 #: 12.73 / 12.61 / 12.60 / 12.60% at 0 / 0.3 / 0.4 / 0.5 / 0.6 / 0.7 ms, worse above: 13.2%
 #: at 1.5 ms); the count of its extra calls gives the same order (moe_host_launch_s)
 MOE_ALLTOALL_HOST_S = 0.5e-3
+#: the attention block's share of the pair's host time (the pair ran it eagerly), which a
+#: per-layer CUDA graph of the attention (scope ``attn``) removes. Measured on the data's
+#: nearest pair, in-sample (the host term's second parameter taken from the data):
+#: Qwen3-30B-A3B on 8 GPUs, ep 8, mbs 4, mxfp8, HybridEP, 26.02.01 / 26.04 / 26.04.01, on
+#: GB200 with router + preprocess graphs (4.36-4.53 ms per layer and micro-batch above the
+#: model's GPU time) and on B200 with attention graphs too (3.55-3.76 ms): 0.8 ms. The same
+#: order as the attention block's Transformer Engine modules (fused norm + QKV, two q/k
+#: norms, core attention, projection: 5 modules forward and backward) at ~80 us of Python
+#: per module pass (our estimate). Group MAPE 12.61 / 12.29 / 12.17 / 12.12 / 12.34% at 0 /
+#: 0.5 / 0.8 / 1.0 / 1.5 ms
+MOE_ATTENTION_HOST_S = 0.8e-3
 
 
 @dataclass(frozen=True)
@@ -329,7 +340,8 @@ def expert_launches(model, fp8) -> np.ndarray:
     return 6.0 + 4.0 * np.asarray(fp8, dtype=float) + bias
 
 
-def moe_host_launch_s(model, ms: MoEShape, fp8, dispatcher: str = "flex") -> np.ndarray:
+def moe_host_launch_s(model, ms: MoEShape, fp8, dispatcher: str = "flex",
+                      attention_graphed: bool = False) -> np.ndarray:
     """``H``: the host time to launch one eager MoE layer per micro-batch (forward and
     backward): the measured pair's :data:`MOE_HOST_STALL_S` with its per-expert launches
     (:func:`expert_launches` x 16 local experts x :data:`MOE_LAUNCH_HOST_S` = 0.4 ms) replaced
@@ -351,11 +363,17 @@ def moe_host_launch_s(model, ms: MoEShape, fp8, dispatcher: str = "flex") -> np.
     dispatch and combine, and their backward): at a few tens of us per Python-dispatched
     autograd function and ~45 us per collective call (the per-collective host time
     ``calibration.py`` fits on vTrain), about 0.3 + 0.2 ms. :data:`MOE_ALLTOALL_HOST_S`
-    (0.5 ms) is fitted over the group and agrees with that count."""
+    (0.5 ms) is fitted over the group and agrees with that count.
+
+    ``attention_graphed`` (``TrainingSpec.moe_attention_graphed``): the attention block runs
+    as a per-layer CUDA graph (one graph launch instead of its modules' kernels), which takes
+    :data:`MOE_ATTENTION_HOST_S` off the pair's rest."""
     rest = MOE_HOST_STALL_S - MOE_LAUNCH_HOST_S * _PAIR_LOCAL_EXPERTS * float(
         expert_launches(None, _PAIR_FP8))
     a2a = MOE_ALLTOALL_HOST_S if dispatcher == "alltoall" else 0.0
-    return rest + a2a + MOE_LAUNCH_HOST_S * ms.local_experts * expert_launches(model, fp8)
+    attn = MOE_ATTENTION_HOST_S if attention_graphed else 0.0
+    return (rest + a2a - attn
+            + MOE_LAUNCH_HOST_S * ms.local_experts * expert_launches(model, fp8))
 
 
 def moe_host_stall_s(training, ms: MoEShape, rc, model=None, gpu_layer_s=None,
@@ -411,7 +429,8 @@ def moe_host_stall_s(training, ms: MoEShape, rc, model=None, gpu_layer_s=None,
     if fp8 is None:  # the measured pair's constant
         host = MOE_HOST_STALL_S * passes * np.ones(np.shape(ms.ep))
     else:
-        host = moe_host_launch_s(model, ms, fp8, training.moe_dispatcher) * passes
+        host = moe_host_launch_s(model, ms, fp8, training.moe_dispatcher,
+                                 training.moe_attention_graphed) * passes
     padded = model is not None and model.moe is not None and model.moe.capacity_factor is not None
     if not padded or gpu_layer_s is None:
         return ms.frac * host
@@ -459,7 +478,7 @@ def expert_param_split(model) -> tuple[float, float]:
     return (model.layers_params - experts) / L, experts / L
 
 
-__all__ = ["DEFAULT_LOAD_IMBALANCE", "GROUPED_GEMM_TILE_M", "MOE_ALLTOALL_HOST_S", "MOE_HOST_STALL_S", "MOE_LAUNCH_HOST_S", "SMALL_ROWS_PER_EXPERT", "MoEShape", "active_layer_gemm_params",
+__all__ = ["DEFAULT_LOAD_IMBALANCE", "GROUPED_GEMM_TILE_M", "MOE_ALLTOALL_HOST_S", "MOE_ATTENTION_HOST_S", "MOE_HOST_STALL_S", "MOE_LAUNCH_HOST_S", "SMALL_ROWS_PER_EXPERT", "MoEShape", "active_layer_gemm_params",
            "dispatcher_buffer_bytes", "ep_comm_s", "expert_launches", "expert_param_split", "moe_activation_delta",
            "moe_diagnostics", "moe_host_launch_s", "moe_host_stall_s", "moe_kernels",
            "moe_shape"]

@@ -768,6 +768,10 @@ class TrainingSpec:
     # MoE: the MoE layers run inside a CUDA graph (Megatron --cuda-graph-impl full_iteration,
     # or a graph scope holding the whole MoE block): no per-layer host stall at the dispatcher
     moe_cuda_graph: bool = False
+    # MoE: the attention block of each layer is captured in a per-layer CUDA graph (Megatron
+    # --cuda-graph-impl transformer_engine/local with scope attn): its launches leave the MoE
+    # layer's host time (costmodel.moe.moe_host_launch_s)
+    moe_attention_graphed: bool = False
     # MoE token dispatcher: alltoall (Megatron's default) | flex (DeepEP / HybridEP: a token
     # crosses to each remote host once, forwarded over NVLink there)
     moe_dispatcher: str = "alltoall"
@@ -787,7 +791,7 @@ class TrainingSpec:
              _int("training", "global_batch_size", self.global_batch_size))
         for name in ("flash_attention", "overlap_grad_reduce", "dropout", "tp_comm_overlap",
                      "overlap_p2p_comm", "fp8_param_gather", "grad_reduce_in_bf16",
-                     "moe_cuda_graph", "expandable_segments"):
+                     "moe_cuda_graph", "moe_attention_graphed", "expandable_segments"):
             _set(self, name, _bool("training", name, getattr(self, name)))
         _set(self, "framework", _choice("training", "framework", self.framework, FRAMEWORKS))
         _set(self, "fp8_recipe", _choice("training", "fp8_recipe", self.fp8_recipe,

@@ -602,3 +602,24 @@ def test_host_launch_time_follows_local_experts_precision_and_biases():
     assert float(expert_launches(p.model, True)) == 10.0
     a2a = moe_host_launch_s(p.model, shape([16]), np.array([1], bool), "alltoall")
     assert a2a[0] == pytest.approx(MOE_HOST_STALL_S + MOE_ALLTOALL_HOST_S)
+
+
+def test_attention_cuda_graph_takes_its_launches_off_the_host_time():
+    from dataclasses import replace
+
+    from costmodel.moe import MOE_ATTENTION_HOST_S
+    from optimizer.validation.published import moe_attention_graphed
+
+    te = {"cuda_graph_impl": "transformer_engine"}
+    assert moe_attention_graphed({"recipe_hint": {**te, "cuda_graph_scope": ["attn",
+                                                                            "moe_router"]}})
+    assert not moe_attention_graphed({"recipe_hint": {**te, "cuda_graph_scope": [
+        "moe_router", "moe_preprocess"]}})
+    assert not moe_attention_graphed({"recipe_hint": {"cuda_graph_impl": "full_iteration"}})
+    p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=64)
+    cols = dict(tp=[1], pp=[1], dp=[8], ep=[8], etp=[1], micro_batch_size=[1], zero_stage=[1])
+    eager = _score(p, **cols).layer.host_s[0]
+    attn = _score(replace(p, training=replace(p.training, moe_attention_graphed=True)),
+                  **cols).layer.host_s[0]
+    frac = p.model.moe_layers / p.model.num_layers
+    assert eager - attn == pytest.approx(frac * MOE_ATTENTION_HOST_S)

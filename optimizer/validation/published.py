@@ -901,6 +901,18 @@ def moe_graphed(par: Mapping[str, Any]) -> bool:
     return any(str(x).lower() == "moe" for x in scope)
 
 
+def moe_attention_graphed(par: Mapping[str, Any]) -> bool:
+    """Whether a MoE entry's recipe captures each layer's attention block in a per-layer CUDA
+    graph (``recipe_hint.cuda_graph_impl`` transformer_engine / local with ``attn`` in
+    ``cuda_graph_scope``); full-iteration graphs are :func:`moe_graphed`."""
+    hint = par.get("recipe_hint") if isinstance(par.get("recipe_hint"), Mapping) else {}
+    if str(hint.get("cuda_graph_impl", "")).lower() not in ("transformer_engine", "local"):
+        return False
+    scope = hint.get("cuda_graph_scope") or []
+    scope = [scope] if isinstance(scope, str) else list(scope)
+    return any(str(x).lower() == "attn" for x in scope)
+
+
 def moe_dispatcher_of(par: Mapping[str, Any]) -> str:
     """``flex`` where the recipe names a flex dispatcher backend (``recipe_hint``
     ``moe_flex_dispatcher_backend``: deepep / hybridep), else Megatron's ``alltoall``."""
@@ -1147,6 +1159,7 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             # NVIDIA's MoE benchmarks force-balance the routing (README)
                             moe_load_imbalance=1.0 if moe is not None and nemo else None,
                             moe_cuda_graph=moe is not None and moe_graphed(par),
+                            moe_attention_graphed=moe is not None and moe_attention_graphed(par),
                             moe_dispatcher=moe_dispatcher_of(par) if moe is not None
                             else "alltoall")
 
