@@ -64,9 +64,9 @@ MOE_HOST_STALL_S = 4.7e-3
 #: experts (a cuBLAS GEMM or a quantize kernel per expert, no Python dispatch in between):
 #: the order of a bare CUDA launch's host cost, a few us (NVIDIA, "Getting Started with CUDA
 #: Graphs", 2019: a few us per short kernel launched in a stream loop). Chosen, not fitted:
-#: with MOE_ALLTOALL_HOST_S the mbridge_perf_moe figure is 13.09 / 12.61 / 12.61 / 13.15% at
-#: 0 / 2.5 / 5 / 10 us (without it flat from 0 to 5 us, 13.39-13.40%, and 15.0% at 20 us), so
-#: the data bounds it to a few us; the host-bound padded Qwen3-235B rows (2 local experts,
+#: with MOE_ALLTOALL_HOST_S and MOE_ATTENTION_HOST_S the mbridge_perf_moe figure is 12.56 /
+#: 12.17 / 12.28 / 12.57 / 13.01% at 0 / 2.5 / 5 / 7.5 / 10 us (without them flat from 0 to
+#: 5 us, 13.39-13.40%, and 15.0% at 20 us), so the data bounds it to a few us; the host-bound padded Qwen3-235B rows (2 local experts,
 #: 4.9 ms per layer) against the B200 Qwen3-30B one (16, 4.7 ms) say the same
 #: (moe_host_launch_s)
 MOE_LAUNCH_HOST_S = 2.5e-6
