@@ -815,6 +815,8 @@ def _hf_moe(data: Mapping[str, Any], model_type: str, field: str
             kw["dense_layers"] = kw["layer_freq"] - 1
     elif model_type == "gpt_oss":
         kw.update(router_bias=True, expert_bias=True)
+        if data.get("swiglu_limit"):  # the expert SwiGLU's clamp (HF GptOssConfig)
+            kw["activation_clamp"] = float(data["swiglu_limit"])
     if model_type in ("qwen2_moe", "qwen3_moe"):
         step = data.get("decoder_sparse_step") or 1
         if step != 1 or data.get("mlp_only_layers"):

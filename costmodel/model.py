@@ -60,7 +60,7 @@ from costmodel.schedule import (
     zero_bubble_ratio,
 )
 from costmodel.shard import Shard, shard_of
-from costmodel.specs import ClusterSpec, ModelSpec, StagePlanCode, TrainingSpec
+from costmodel.specs import ClusterSpec, ModelSpec, Precision, StagePlanCode, TrainingSpec
 from costmodel.stage_memory import (  # noqa: F401  (re-exported)
     FP8_COPY_BYTES,
     MemoryResult,
@@ -133,7 +133,8 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     ea = ACT_BYTES[batch.precision]
 
     layer, distinct = price_distinct_layers(model, training, eff, fw, gpu, system, batch, groups)
-    layer, moe = _with_moe(layer, model, cluster, system, training, batch, shard, ea)
+    layer, moe = _with_moe(layer, model, cluster, system, training, batch, shard, ea,
+                           fw.host.host_overlap_p)
     layer = accumulate_gradients(layer, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
     head, emb = _end_shares(layer)
@@ -224,8 +225,8 @@ def partial_recompute(model, training, eff, fw, gpu, system, batch: ConfigBatch,
     return PartialRecompute(n, v, plain)
 
 
-def _with_moe(layer: LayerCosts, model, cluster, system, training, batch, shard, ea
-              ) -> tuple[LayerCosts, dict | None]:
+def _with_moe(layer: LayerCosts, model, cluster, system, training, batch, shard, ea,
+              host_overlap_p: float = 7.0) -> tuple[LayerCosts, dict | None]:
     """The layer with a MoE model's exposed EP communication and dispatcher host stall added,
     and the MoE terms (the layer and None for a dense model)."""
     if model.moe is None:
@@ -233,9 +234,11 @@ def _with_moe(layer: LayerCosts, model, cluster, system, training, batch, shard,
     from costmodel.moe import moe_host_stall_s
 
     moe = _moe_terms(model, cluster, system, training, batch, shard, ea)
-    stall = moe_host_stall_s(training, moe["shape"], batch.recompute)
-    return layer.with_(tp_comm_s=layer.tp_comm_s + moe["ep_comm_s"],
-                       host_s=layer.host_s + stall), moe
+    layer = layer.with_(tp_comm_s=layer.tp_comm_s + moe["ep_comm_s"])
+    stall = moe_host_stall_s(training, moe["shape"], batch.recompute, model=model,
+                             gpu_layer_s=layer.total_s, host_overlap_p=host_overlap_p,
+                             fp8=batch.precision == Precision.FP8)
+    return layer.with_(host_s=layer.host_s + stall), moe
 
 
 def _moe_terms(model, cluster, system, training, batch, shard, ea) -> dict:

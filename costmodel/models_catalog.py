@@ -54,7 +54,8 @@ def _moe_models() -> list[tuple[ModelSpec, tuple[str, ...]]]:
                  shared_ffn_hidden_size=2048, dense_layers=3, router="sigmoid", mtp_layers=1)
     k2 = MoESpec(num_experts=384, top_k=8, expert_ffn_hidden_size=2048, shared_experts=1,
                  shared_ffn_hidden_size=2048, dense_layers=1, router="sigmoid")
-    oss = dict(top_k=4, expert_ffn_hidden_size=2880, router_bias=True, expert_bias=True)
+    oss = dict(top_k=4, expert_ffn_hidden_size=2880, router_bias=True, expert_bias=True,
+               activation_clamp=7.0)  # HF swiglu_limit (modern-training.md 2.1 table)
     return [
         (_moe("deepseek-v3", 61, 7168, 128, 18432, 129280, v3, mla=_V3_MLA,
               source="DeepSeek-AI 2024, arXiv:2412.19437 section 4.2; HF deepseek-ai/"

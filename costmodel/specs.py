@@ -257,7 +257,9 @@ class MoESpec:
     ``capacity_factor`` None = dropless. ``shared_ffn_hidden_size`` is the total width of the
     shared experts (Megatron ``--moe-shared-expert-intermediate-size``). ``expert_bias``:
     biases on the expert linears (GPT-OSS); ``router_bias``: a bias on the router (GPT-OSS);
-    ``shared_expert_gate``: Qwen2-MoE's sigmoid gate (h parameters).
+    ``shared_expert_gate``: Qwen2-MoE's sigmoid gate (h parameters). ``activation_clamp``:
+    the expert SwiGLU's clamp limit (GPT-OSS ``swiglu_limit`` 7.0; Megatron
+    ``activation_func_clamp_value``), None = no clamp.
     """
 
     num_experts: int
@@ -273,6 +275,7 @@ class MoESpec:
     expert_bias: bool = False
     shared_expert_gate: bool = False
     mtp_layers: int = 0
+    activation_clamp: float | None = None
 
     def __post_init__(self) -> None:
         s = "model.moe"
@@ -289,6 +292,8 @@ class MoESpec:
                              f"{self.shared_experts}", "give both or neither")
         if self.capacity_factor is not None:
             _set(self, "capacity_factor", _pos(s, "capacity_factor", self.capacity_factor))
+        if self.activation_clamp is not None:
+            _set(self, "activation_clamp", _pos(s, "activation_clamp", self.activation_clamp))
         _set(self, "router", _choice(s, "router", self.router, ROUTERS))
         for name in ("router_bias", "expert_bias", "shared_expert_gate"):
             _set(self, name, _bool(s, name, getattr(self, name)))
@@ -792,6 +797,10 @@ class TrainingSpec:
     # MoE: the MoE layers run inside a CUDA graph (Megatron --cuda-graph-impl full_iteration,
     # or a graph scope holding the whole MoE block): no per-layer host stall at the dispatcher
     moe_cuda_graph: bool = False
+    # MoE: the attention block of each layer is captured in a per-layer CUDA graph (Megatron
+    # --cuda-graph-impl transformer_engine/local with scope attn): its launches leave the MoE
+    # layer's host time (costmodel.moe.moe_host_launch_s)
+    moe_attention_graphed: bool = False
     # MoE token dispatcher: alltoall (Megatron's default) | flex (DeepEP / HybridEP: a token
     # crosses to each remote host once, forwarded over NVLink there)
     moe_dispatcher: str = "alltoall"
@@ -817,7 +826,7 @@ class TrainingSpec:
              _int("training", "global_batch_size", self.global_batch_size))
         for name in ("flash_attention", "overlap_grad_reduce", "dropout", "tp_comm_overlap",
                      "overlap_p2p_comm", "fp8_param_gather", "grad_reduce_in_bf16",
-                     "moe_cuda_graph", "expandable_segments"):
+                     "moe_cuda_graph", "moe_attention_graphed", "expandable_segments"):
             _set(self, name, _bool("training", name, getattr(self, name)))
         if self.torch_compile is not None:
             _set(self, "torch_compile", _bool("training", "torch_compile", self.torch_compile))

@@ -348,7 +348,7 @@ def test_nvl72_segments_keep_ep_groups_inside_a_rack():
 def test_moe_host_stall_unless_cuda_graphed():
     from dataclasses import replace
 
-    from costmodel.moe import MOE_HOST_STALL_S
+    from costmodel.moe import MOE_ALLTOALL_HOST_S, MOE_HOST_STALL_S, MOE_LAUNCH_HOST_S
     from optimizer.validation.published import moe_graphed
 
     assert moe_graphed({"recipe_hint": {"cuda_graph_impl": "full_iteration"}})
@@ -361,7 +361,14 @@ def test_moe_host_stall_unless_cuda_graphed():
     graphed = _score(replace(p, training=replace(p.training, moe_cuda_graph=True)), **cols)
     frac = p.model.moe_layers / p.model.num_layers
     stall = eager.layer.host_s[0] - graphed.layer.host_s[0]
-    assert stall == pytest.approx(frac * MOE_HOST_STALL_S)
+    # bf16, 16 local experts: the pair's 4.7 ms less its 16 x 4 fp8 quantize launches, plus
+    # the alltoall dispatcher's host time over the pair's flex dispatcher
+    assert p.training.moe_dispatcher == "alltoall"
+    assert stall == pytest.approx(frac * (MOE_HOST_STALL_S - 64 * MOE_LAUNCH_HOST_S
+                                          + MOE_ALLTOALL_HOST_S))
+    flex = _score(replace(p, training=replace(p.training, moe_dispatcher="flex")), **cols)
+    assert flex.layer.host_s[0] - graphed.layer.host_s[0] == pytest.approx(
+        stall - frac * MOE_ALLTOALL_HOST_S)
 
 
 def test_fp8_keeps_routed_gemm_inputs_in_one_byte():
@@ -465,3 +472,154 @@ def test_bf16_gradient_reduction_halves_dense_and_expert_gradient_buffers():
     # 4 bytes -> 2 bytes per parameter, plus the step's fp32 cast of the ZeRO-1 shard (4 / 8)
     assert gb < 0.7 * ga
     assert b.memory.breakdown_bytes["weights"][0] == a.memory.breakdown_bytes["weights"][0]
+
+
+def test_moe_row_whose_grad_accum_contradicts_its_layout_is_skipped():
+    from optimizer.validation.published import SkipEntry, moe_layout_consistent
+
+    moe_layout_consistent({"grad_accum_reported": 8}, 512, 4, 16)  # 512 / (4 x 16) = 8
+    moe_layout_consistent({}, 512, 4, 16)  # not reported: nothing to contradict
+    with pytest.raises(SkipEntry, match="grad_accum_reported 2"):
+        moe_layout_consistent({"grad_accum_reported": 2}, 512, 4, 16)
+
+
+def test_ep_across_nvl72_trays_runs_at_the_fused_domains_ring_bandwidth():
+    # nccl.md 1.1 / 7: NCCL fuses an NVL72 domain's hosts into one node, so an EP group over
+    # two 4-GPU trays is priced as a one-node all-to-all (ring busBw per GPU), not at the
+    # NVLink datasheet bandwidth and not on the NICs
+    from dataclasses import replace
+
+    import numpy as np
+
+    from costmodel import collectives as coll
+    from costmodel.batch import ConfigBatch
+    from costmodel.groups import nccl_system
+    from costmodel.moe import ep_comm_s, moe_shape
+    from costmodel.shard import shard_of
+    from optimizer.validation.published import build_cluster
+
+    p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=64)
+    p = replace(p, cluster=build_cluster("gb200", 8, 4, None, nvlink_domain=72))
+    system = nccl_system(p.cluster)
+    assert system.mnnvl and p.cluster.gpus_per_node == 4
+    b = ConfigBatch.from_columns(tp=[1], pp=[1], dp=[8], ep=[8], etp=[1],
+                                 micro_batch_size=[1], zero_stage=[1])
+    sh = shard_of(p.model, p.training, b, p.cluster.gpus_per_node)
+    ms = moe_shape(p.model, p.training, b, sh.tokens, sh.tp)
+    got = ep_comm_s(p.cluster, system, b, ms, sh.hidden, 2.0, b.recompute, p.model, p.training)
+    nbytes = ms.routed * sh.hidden * 2.0
+    one = coll.alltoall_time_s(system, nbytes, np.array([8]), np.array([1]))
+    assert got[0] == pytest.approx(ms.frac * 2.0 * 2.0 * one[0])  # fwd + bwd, dispatch + combine
+    spec = nbytes[0] * 7 / 8 / p.cluster.gpu.nvlink_bandwidth_bytes_per_s
+    assert spec < one[0] < 1.5 * spec
+
+
+def test_padded_token_drop_has_no_sync_and_capacity_sets_the_expert_rows():
+    # Megatron drop_and_pad: static splits, no device-to-host sync, so the host launch time H
+    # overlaps the GPU (the longer of the two) instead of adding to it; every expert gets
+    # capacity = cf T k / E rows
+    from dataclasses import replace
+
+    from costmodel.moe import MOE_ALLTOALL_HOST_S, MOE_HOST_STALL_S, MOE_LAUNCH_HOST_S
+
+    p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=512)
+    drop = replace(p, model=replace(p.model, moe=replace(p.model.moe, capacity_factor=1.25)))
+    cols = dict(tp=[1, 1], pp=[1, 1], dp=[8, 8], ep=[8, 8], etp=[1, 1],
+                micro_batch_size=[1, 16], zero_stage=[1, 1])
+    graphed = _score(replace(p, training=replace(p.training, moe_cuda_graph=True)), **cols)
+    dropless = _score(p, **cols)
+    padded = _score(drop, **cols)
+    frac = p.model.moe_layers / p.model.num_layers
+    stall = dropless.layer.host_s - graphed.layer.host_s
+    # bf16, 16 local experts, the alltoall dispatcher
+    h = MOE_HOST_STALL_S - 64 * MOE_LAUNCH_HOST_S + MOE_ALLTOALL_HOST_S
+    assert stall == pytest.approx([frac * h] * 2)
+    extra = padded.layer.host_s - _score(replace(drop, training=replace(
+        drop.training, moe_cuda_graph=True)), **cols).layer.host_s
+    assert 0 < extra[1] < 0.05 * extra[0] and extra[0] < stall[0]  # mbs 16 hides H
+    fc1 = padded.distinct_layers.tables[0].kernel("moe.fc1")
+    fc1_dropless = dropless.distinct_layers.tables[0].kernel("moe.fc1")
+    assert fc1.m[0] > fc1_dropless.m[0]  # 1.25 x the balanced rows, padded to the tile
+
+
+def test_gpt_oss_biased_clamped_experts_add_their_unfused_passes():
+    # core_v0.16.1 TEGroupedMLP._apply_bias (fp32 t + b p per expert, cat, cast) and the
+    # clamp + cat before the fused quick-GeGLU: HBM passes a plain SwiGLU expert has not
+    from dataclasses import replace
+
+    from costmodel.batch import ConfigBatch
+    from costmodel.moe import gpt_oss_expert_kernels, moe_shape
+    from costmodel.shard import shard_of
+
+    p = _problem(model="gpt-oss-120b", gpus=64, gpu="b200", seq=4096, gbs=512)
+    assert p.model.moe.expert_bias and p.model.moe.activation_clamp == 7.0
+    cols = dict(tp=[1], pp=[1], dp=[64], ep=[64], etp=[1], micro_batch_size=[4],
+                zero_stage=[1])
+    b = ConfigBatch.from_columns(**cols)
+    sh = shard_of(p.model, p.training, b, p.cluster.gpus_per_node)
+    ms = moe_shape(p.model, p.training, b, sh.tokens, sh.tp)
+    kb, kc = gpt_oss_expert_kernels(p.model, ms, ms.routed * ms.etp, sh.hidden, 2.0)
+    copies = ms.routed[0]
+    assert kb.nbytes[0] == pytest.approx(28.0 * copies * 2880)  # fp32 bias rows of h
+    assert kc.nbytes[0] == pytest.approx(8.0 * copies * 2880 * 2.0)  # 8 passes of f_e
+    plain = replace(p.model, moe=replace(p.model.moe, expert_bias=False,
+                                         activation_clamp=None))
+    assert gpt_oss_expert_kernels(plain, ms, copies, sh.hidden, 2.0) == []
+    with_passes = _score(p, **cols).layer
+    without = _score(replace(p, model=plain), **cols).layer
+    assert with_passes.forward_s[0] > without.forward_s[0]
+    assert with_passes.backward_s[0] > without.backward_s[0]
+
+
+def test_host_launch_time_follows_local_experts_precision_and_biases():
+    # H = the measured pair's 4.7 ms (Qwen3-30B mxfp8, 16 local experts) with its per-expert
+    # launches (6 GEMMs + 4 fp8 quantizes per expert, TE GroupedLinear) replaced by the layer's
+    from dataclasses import replace
+
+    import numpy as np
+
+    from costmodel.moe import (
+        MOE_ALLTOALL_HOST_S,
+        MOE_HOST_STALL_S,
+        MOE_LAUNCH_HOST_S,
+        MoEShape,
+        expert_launches,
+        moe_host_launch_s,
+    )
+
+    p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=512)
+
+    def shape(local):
+        one = np.ones(len(local))
+        return MoEShape(one, one, np.asarray(local, float), one, one, one, one, 1.0)
+
+    h = moe_host_launch_s(p.model, shape([16, 32, 4, 16]), np.array([1, 1, 1, 0], bool))
+    assert h[0] == pytest.approx(MOE_HOST_STALL_S)  # the pair itself
+    assert h[1] - h[0] == pytest.approx(16 * 10 * MOE_LAUNCH_HOST_S)
+    assert h[2] < h[0] < h[1] and h[3] == pytest.approx(h[0] - 64 * MOE_LAUNCH_HOST_S)
+    oss = replace(p.model, moe=replace(p.model.moe, expert_bias=True))
+    assert float(expert_launches(oss, False)) == 12.0  # _apply_bias's per-expert loop
+    assert float(expert_launches(p.model, True)) == 10.0
+    a2a = moe_host_launch_s(p.model, shape([16]), np.array([1], bool), "alltoall")
+    assert a2a[0] == pytest.approx(MOE_HOST_STALL_S + MOE_ALLTOALL_HOST_S)
+
+
+def test_attention_cuda_graph_takes_its_launches_off_the_host_time():
+    from dataclasses import replace
+
+    from costmodel.moe import MOE_ATTENTION_HOST_S
+    from optimizer.validation.published import moe_attention_graphed
+
+    te = {"cuda_graph_impl": "transformer_engine"}
+    assert moe_attention_graphed({"recipe_hint": {**te, "cuda_graph_scope": ["attn",
+                                                                            "moe_router"]}})
+    assert not moe_attention_graphed({"recipe_hint": {**te, "cuda_graph_scope": [
+        "moe_router", "moe_preprocess"]}})
+    assert not moe_attention_graphed({"recipe_hint": {"cuda_graph_impl": "full_iteration"}})
+    p = _problem(model="qwen3-30b-a3b", gpus=8, seq=4096, gbs=64)
+    cols = dict(tp=[1], pp=[1], dp=[8], ep=[8], etp=[1], micro_batch_size=[1], zero_stage=[1])
+    eager = _score(p, **cols).layer.host_s[0]
+    attn = _score(replace(p, training=replace(p.training, moe_attention_graphed=True)),
+                  **cols).layer.host_s[0]
+    frac = p.model.moe_layers / p.model.num_layers
+    assert eager - attn == pytest.approx(frac * MOE_ATTENTION_HOST_S)

@@ -924,6 +924,19 @@ def moe_segment_domain(domain: int | None, world: int, gpus_per_node: int) -> in
     return domain
 
 
+def moe_layout_consistent(par: Mapping[str, Any], gbs: int, mbs: int, dp: int) -> None:
+    """Raise :class:`SkipEntry` when a MoE table row's own gradient-accumulation column
+    (``grad_accum_reported``) contradicts its layout (``global_batch / (micro_batch x dp)``):
+    one of the four columns is misprinted and the run's micro-batch, batch or DP degree (and
+    so its step and its memory) cannot be told. Megatron-Bridge 25.11's GPT-OSS-120B on 64
+    H100 prints GA 2 beside GBS 512, MBS 4 and DP 16 (8); scored as printed it needs 116 GiB
+    of the 80."""
+    ga = _as_int(par.get("grad_accum_reported"))
+    if ga is not None and mbs * dp and ga * mbs * dp != gbs:
+        raise SkipEntry(f"inconsistent layout: grad_accum_reported {ga} != global_batch {gbs} "
+                        f"/ (micro_batch {mbs} x dp {dp}) = {gbs / (mbs * dp):g}")
+
+
 def moe_graphed(par: Mapping[str, Any]) -> bool:
     """Whether a MoE entry's recipe runs its MoE layers inside CUDA graphs
     (``recipe_hint.cuda_graph_impl: full_iteration``, or a graph scope naming the whole MoE
@@ -935,6 +948,18 @@ def moe_graphed(par: Mapping[str, Any]) -> bool:
     scope = hint.get("cuda_graph_scope") or []
     scope = [scope] if isinstance(scope, str) else list(scope)
     return any(str(x).lower() == "moe" for x in scope)
+
+
+def moe_attention_graphed(par: Mapping[str, Any]) -> bool:
+    """Whether a MoE entry's recipe captures each layer's attention block in a per-layer CUDA
+    graph (``recipe_hint.cuda_graph_impl`` transformer_engine / local with ``attn`` in
+    ``cuda_graph_scope``); full-iteration graphs are :func:`moe_graphed`."""
+    hint = par.get("recipe_hint") if isinstance(par.get("recipe_hint"), Mapping) else {}
+    if str(hint.get("cuda_graph_impl", "")).lower() not in ("transformer_engine", "local"):
+        return False
+    scope = hint.get("cuda_graph_scope") or []
+    scope = [scope] if isinstance(scope, str) else list(scope)
+    return any(str(x).lower() == "attn" for x in scope)
 
 
 def moe_dispatcher_of(par: Mapping[str, Any]) -> str:
@@ -966,7 +991,9 @@ def moe_model_spec(spec: ModelSpec, model: Mapping[str, Any]) -> ModelSpec:
     oss = "gpt-oss" in name or "gpt_oss" in name
     moe = dict(moe_block(model))
     if oss:
-        moe.update(router_bias=True, expert_bias=True)
+        # biased expert linears and the clamped SwiGLU (Bridge GPTOSSProvider:
+        # activation_func_clamp_value 7.0; HF swiglu_limit)
+        moe.update(router_bias=True, expert_bias=True, activation_clamp=7.0)
     try:
         return replace(spec, moe=MoESpec(**moe), mla=mla_block(model), gated_mlp=True,
                        tied_embeddings=False, learned_position_embeddings=False,
@@ -1011,6 +1038,8 @@ def skip_category(reason: str) -> str:
                      ("with pp > 1", "ZeRO-3/FSDP with pp > 1 (issue 21)"),
                      ("layout_complete: false", "incomplete layout (layout_complete: false)"),
                      ("expert grid", "expert grid does not tile the world (published layout)"),
+                     ("grad_accum_reported", "gradient accumulation contradicts the layout "
+                      "(published layout)"),
                      ("incomplete", "incomplete layout or model"),
                      ("NCCL", "NCCL bus-bandwidth entry"),
                      ("analytical", "analytical formula"),
@@ -1149,6 +1178,7 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                                                        pp)
     experts = {}
     if moe is not None:  # etp not stated: 1, the MoE recipes' setting (MoE README)
+        moe_layout_consistent(par, gbs, mbs, dp)
         experts = dict(ep=_as_int(par.get("ep")) or 1, etp=_as_int(par.get("etp")) or 1)
         if (tp * cp * dp) % (experts["ep"] * experts["etp"]) or \
                 moe["num_experts"] % experts["ep"]:
@@ -1180,6 +1210,7 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             # NVIDIA's MoE benchmarks force-balance the routing (README)
                             moe_load_imbalance=1.0 if moe is not None and nemo else None,
                             moe_cuda_graph=moe is not None and moe_graphed(par),
+                            moe_attention_graphed=moe is not None and moe_attention_graphed(par),
                             moe_dispatcher=moe_dispatcher_of(par) if moe is not None
                             else "alltoall")
 
