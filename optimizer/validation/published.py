@@ -46,7 +46,8 @@ Mapping (``../shared/validation/README.md``, followed exactly)
   (``recompute_modules`` -> selective, the model's nearest; recompute layer counts ->
   partial, skipped); ZeRO from zero_stage (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2, absent or
   "not stated" = 0); sequence_parallel as given (absent = off, except torchtitan, whose TP
-  plan is sequence parallel: on when tp > 1). Precision from ``precision_norm`` where the
+  plan is sequence parallel: on when tp > 1); ``torch_compile`` as given (absent = not stated,
+  the framework profile's default element-wise traffic). Precision from ``precision_norm`` where the
   README lists it (bf16; fp8, blockwise fp8, mxfp8 and nvfp4 are scored as fp8, the nearest
   precision the model has, and the recipe is kept in ``Run.precision_recipe``; the weight
   copies follow the recipe), else from the text outside parentheses:
@@ -1177,6 +1178,9 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             fp8_param_gather=gathers_in_fp8(group, par),
                             grad_reduce_in_bf16=reduces_in_bf16(group, par, flags),
                             expandable_segments=uses_expandable_segments(entry),
+                            # the torchtitan rows state torch.compile (their tables' *_compile
+                            # rows); None: not stated, the profile's default element-wise traffic
+                            torch_compile=_bool_field(par.get("torch_compile")),
                             # NVIDIA's MoE benchmarks force-balance the routing (README)
                             moe_load_imbalance=1.0 if moe is not None and nemo else None,
                             moe_cuda_graph=moe is not None and moe_graphed(par),

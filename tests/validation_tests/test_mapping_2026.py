@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import pytest
 
@@ -331,6 +332,22 @@ def test_torchtitan_layer_sac_is_full_recompute_of_every_second_block():
     assert (op.parallel.recompute, op.parallel.recompute_num_layers) == ("selective", 0)
     assert v.torchtitan_layer_sac("megatron_core_x", {"recompute": "selective (layer)"},
                                   "selective", 32, 1) == ("selective", 0)
+
+
+def test_torch_compile_follows_the_entry():
+    """The torchtitan rows state torch.compile (issue 23): the mapper passes it into
+    TrainingSpec (absent: None, not stated); the compiled run, whose element-wise traffic is
+    the fused minimum, is predicted faster than the eager one, the same run otherwise."""
+    bf16 = {"precision": "BF16"}
+    eager = v.map_entry(_with(TORCHTITAN_ROW, parallel={**bf16, "torch_compile": False}))
+    fused = v.map_entry(_with(TORCHTITAN_ROW, parallel={**bf16, "torch_compile": True}))
+    unstated = v.map_entry(_with(TORCHTITAN_ROW, parallel=bf16))
+    assert (eager.training.torch_compile, fused.training.torch_compile,
+            unstated.training.torch_compile) == (False, True, None)
+    fused = replace(fused, id="compiled")
+    pred, errors = v.predict([eager, fused])
+    assert not errors
+    assert pred["compiled"].step_time_s < pred[eager.id].step_time_s
 
 
 def test_fp8_param_gather_follows_the_source():
