@@ -4,6 +4,7 @@ skip reasons per entry, and that reading it leaves the calibrated figures unchan
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import replace
 
@@ -344,6 +345,30 @@ def test_2026_entries_are_mapped_or_skipped_for_a_known_reason(result):
     by = result["counts"]["by_dataset"][v.PUBLISHED_2026_FILE]
     assert by["runs"] + by["skipped"] == 176
     assert by["step_time_runs"] >= 30
+
+
+ISSUE_21_FEATURES = re.compile(r"cp > 1|context parallel|partial recompute|offload|"
+                               r"ZeRO-3/FSDP with pp|uneven interleaved|issue 21")
+
+
+def test_no_complete_dense_entry_is_skipped_for_an_issue_21_feature(data_dir, result):
+    """Issue 21 acceptance: every entry of both files with a complete dense layout is mapped;
+    none is skipped for cp > 1, partial recompute, offload, FSDP + PP or an uneven
+    interleaved split. What stays skipped for such a feature is a MoE entry (an explicit
+    pipeline layout of DeepSeek-V3) or an entry whose layout is incomplete."""
+    entries, _ = v.load_data(data_dir)
+    by_id = {str(e.get("id")): e for e in entries if isinstance(e, dict)}
+    bad = []
+    for x in result["skipped"]:
+        e = by_id.get(x["id"])
+        if e is None or not ISSUE_21_FEATURES.search(x["reason"]):
+            continue
+        dense = not v.mixture_of_experts(e.get("model") or {}, e.get("parallel") or {}) \
+            and not isinstance((e.get("model") or {}).get("moe"), dict)
+        if dense and e.get("layout_complete") is not False \
+                and not x["reason"].startswith("incomplete layout"):
+            bad.append((x["id"], x["reason"]))
+    assert bad == []
 
 
 def test_the_moe_group_is_scored(result):
