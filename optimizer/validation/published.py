@@ -43,10 +43,12 @@ Mapping (``../shared/validation/README.md``, followed exactly)
   vpp > 1 -> interleaved with vpp virtual stages, else 1F1B; recompute = first word (absent
   or "not stated" -> full; torchtitan's "selective (layer)" -> full recompute of every
   second block, its "selective (op)" -> its op-level SAC); ``recipe_hint`` first
-  (``recompute_modules`` -> selective, the model's nearest; recompute layer counts ->
-  partial, skipped); ZeRO from zero_stage (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2, absent or
+  (``recompute_modules`` -> selective, the model's nearest; a recompute method / layer count
+  -> full on that many layers per model chunk, ``recompute_layers_of``; an offload count ->
+  ``cpu_offloading_num_layers``); ZeRO from zero_stage (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2, absent or
   "not stated" = 0); sequence_parallel as given (absent = off, except torchtitan, whose TP
-  plan is sequence parallel: on when tp > 1). Precision from ``precision_norm`` where the
+  plan is sequence parallel: on when tp > 1); ``torch_compile`` as given (absent = not stated,
+  the framework profile's default element-wise traffic). Precision from ``precision_norm`` where the
   README lists it (bf16; fp8, blockwise fp8, mxfp8 and nvfp4 are scored as fp8, the nearest
   precision the model has, and the recipe is kept in ``Run.precision_recipe``; the weight
   copies follow the recipe), else from the text outside parentheses:
@@ -62,9 +64,10 @@ Mapping (``../shared/validation/README.md``, followed exactly)
   CUDA graphs (``Run.recipe``).
 - Skipped, each with a reason (``--verbose`` lists them; ``skip_counts`` counts them per
   class and file): hybrid Mamba models; mixture-of-experts models (a ``model.moe`` block,
-  more than one expert, ep > 1, or a Mixtral / MoE name; issue 22); partial
-  recompute, activation offload, uneven pipeline layouts or interleaving (pp x vpp not
-  dividing the layers) and ZeRO-3/FSDP with pp > 1 (issue 21); ``layout_complete: false``;
+  more than one expert, ep > 1, or a Mixtral / MoE name, without a complete ``model.moe``
+  block; issue 22); an explicit pipeline layout (``recipe_hint.pp_layout``, which the stage
+  plans do not express) or interleaving no layout gives every chunk a layer (issue 21); a
+  partial recompute or offload without its count or method; ``layout_complete: false``;
   incomplete layout or model shape, heads (or KV heads) not divisible by tp, GPU count !=
   tp*cp*pp*dp, global batch not a multiple of micro_batch x dp, unknown GPU, no measured step
   time/memory, NCCL bus-bandwidth entries (they go to the NCCL section), Korthikanti Table 4
@@ -829,21 +832,30 @@ def _family_default(text: str) -> str | None:
     return None
 
 
+def _hint(par: Mapping[str, Any]) -> Mapping[str, Any]:
+    return par.get("recipe_hint") if isinstance(par.get("recipe_hint"), Mapping) else {}
+
+
+_PARTIAL_TEXT = re.compile(r"\b(\d+)\s+of\s+(\d+)\s+layers\b")
+
+
 def recompute_of(par: Mapping[str, Any], model: Mapping[str, Any], *, nemo: bool) -> str:
     """README: ``recompute``'s first word (absent means full); ``recipe_hint`` first
-    (recompute modules -> selective, recompute layer counts -> partial); NVIDIA tables that do
-    not state it: the family default the entry quotes, else no recompute for the dense
-    Llama / GPT-3 / Qwen3 / GPT-OSS rows. Partial recompute raises :class:`SkipEntry`."""
-    hint = par.get("recipe_hint") if isinstance(par.get("recipe_hint"), Mapping) else {}
-    if hint.get("recompute_num_layers") or str(hint.get("recompute_method", "")).strip():
-        raise SkipEntry("partial recompute (recipe_hint recompute_method/num_layers): not "
-                        "modelled yet (issue 21)")
-    text = par.get("recompute")
-    t = "" if text is None else str(text)
-    if re.search(r"\b\d+\s+of\s+\d+\s+layers\b", t) or t.strip().lower().startswith("partial"):
-        raise SkipEntry(f"partial recompute ({t.strip()[:60]!r}): not modelled yet (issue 21)")
+    (recompute modules -> selective, recompute layer counts -> full, their count from
+    :func:`recompute_layers_of`); NVIDIA tables that do not state it: the family default the
+    entry quotes, else no recompute for the dense Llama / GPT-3 / Qwen3 / GPT-OSS rows."""
+    hint = _hint(par)
+    granularity = str(hint.get("recompute_granularity") or "").strip().lower()
+    if granularity in ("full", "selective"):
+        return granularity
     if hint.get("recompute_modules"):
         return "selective"  # named modules: the model's selective (attention core) is nearest
+    if hint.get("recompute_num_layers") or str(hint.get("recompute_method", "")).strip():
+        return "full"  # Megatron-Core's method / layer count belong to full granularity
+    text = par.get("recompute")
+    t = "" if text is None else str(text)
+    if _PARTIAL_TEXT.search(t) or t.strip().lower().startswith("partial"):
+        return "full"
     if nemo and _not_stated(text):
         fam = _family_default(t)
         if fam is not None:
@@ -854,6 +866,64 @@ def recompute_of(par: Mapping[str, Any], model: Mapping[str, Any], *, nemo: bool
     if _not_stated(text) and text is not None:
         return "full"  # "not stated" is absent: full (README)
     return parse_recompute(text)
+
+
+def recompute_layers_of(par: Mapping[str, Any], recompute: str, layers: int, chunks: int) -> int:
+    """ParallelConfig.recompute_num_layers of an entry with ``recompute`` full whose layers
+    are split in ``chunks`` model chunks (pp x vpp): 0 = every layer. Megatron-Core
+    (TransformerBlock._checkpointed_forward): ``--recompute-method block
+    --recompute-num-layers N`` recomputes the first N layers of every model chunk and keeps the
+    others' activations; ``uniform`` recomputes every layer (checkpointing groups of N layers:
+    the cost model stores every layer's input, an upper bound on its memory), as does a block
+    count at or over the chunk. A text "N of M layers" is per chunk where M is a chunk's
+    layers, an even split of the model's where M is all of them. Raises :class:`SkipEntry`
+    where the entry states a partial recompute without its count or method."""
+    if recompute != "full":
+        return 0
+    hint = _hint(par)
+    method = str(hint.get("recompute_method") or "").strip().lower()
+    text = "" if par.get("recompute") is None else str(par.get("recompute"))
+    per_chunk = -(-layers // chunks)
+    n = _as_int(hint.get("recompute_num_layers"))
+    if method or n:
+        if method == "uniform":
+            return 0
+        if method != "block" or n is None:
+            raise SkipEntry(f"incomplete layout: partial recompute (recipe_hint recompute_method "
+                            f"{method or 'not stated'!r}, recompute_num_layers {n}): Megatron-Core "
+                            "needs block or uniform and a layer count")
+        return 0 if n >= per_chunk else n
+    m = _PARTIAL_TEXT.search(text)
+    if m:
+        n, of = int(m.group(1)), int(m.group(2))
+        if of == per_chunk:
+            return 0 if n >= per_chunk else n
+        if of == layers and n % chunks == 0:
+            return 0 if n // chunks >= per_chunk else n // chunks
+        raise SkipEntry(f"incomplete layout: partial recompute {text.strip()[:60]!r}: {n} of "
+                        f"{of} layers is not one count per model chunk ({layers} layers on "
+                        f"{chunks} chunks)")
+    if text.strip().lower().startswith("partial"):
+        raise SkipEntry(f"incomplete layout: partial recompute {text.strip()[:60]!r} without "
+                        "a layer count")
+    return 0
+
+
+def offload_layers_of(par: Mapping[str, Any]) -> int:
+    """ParallelConfig.cpu_offloading_num_layers of an entry (Megatron-Core
+    ``--cpu-offloading-num-layers``): the count an ``offload`` field of the entry or its
+    ``recipe_hint`` gives; a false / 0 field is no offload. Raises :class:`SkipEntry` where
+    the entry offloads without saying how many layers."""
+    fields = {**{k: x for k, x in par.items() if k != "recipe_hint"}, **_hint(par)}
+    stated = [x for k, x in fields.items() if "offload" in str(k).lower()]
+    counts = [x for x in stated if isinstance(x, int) and not isinstance(x, bool)]
+    if counts:
+        return max(0, max(counts))
+    on = [x for x in stated if _bool_field(x)]
+    if on or "offload" in str(par.get("recompute", "")).lower():
+        raise SkipEntry("incomplete layout: activation CPU offload without its layer count "
+                        "(--cpu-offloading-num-layers)")
+    return 0
 
 
 def cp_comm_type_of(group: str, par: Mapping[str, Any]) -> str:
@@ -1015,10 +1085,7 @@ def not_modelled(entry: Mapping[str, Any], model: Mapping[str, Any],
         moe = f"model.moe: {model['moe'].get('num_experts', '?')} experts"
     if moe and not (moe_block(model) and not out):  # a complete MoE block is modelled
         out.append(f"{SKIP_MOE} ({moe})")
-    hint = par.get("recipe_hint") if isinstance(par.get("recipe_hint"), Mapping) else {}
-    if any("offload" in str(k).lower() for k in hint) or "offload" in str(par.get("recompute",
-                                                                                   "")).lower():
-        out.append("activation CPU offload: not modelled yet (issue 21)")
+    hint = _hint(par)
     if hint.get("pp_layout"):
         out.append(f"uneven pipeline layout {hint['pp_layout']!r}: not modelled yet (issue 21)")
     return out
@@ -1031,11 +1098,10 @@ def skip_category(reason: str) -> str:
                         (SKIP_CP, "cp > 1 (issue 21)")):
         if r.startswith(prefix):
             return cat
-    for key, cat in (("partial recompute", "partial recompute (issue 21)"),
-                     ("uneven interleaved", "uneven interleaved split (issue 21)"),
+    if r.startswith("incomplete layout:"):
+        return "incomplete layout or model"
+    for key, cat in (("uneven interleaved", "uneven interleaved split (issue 21)"),
                      ("uneven pipeline layout", "uneven pipeline layout (issue 21)"),
-                     ("CPU offload", "activation offload (issue 21)"),
-                     ("with pp > 1", "ZeRO-3/FSDP with pp > 1 (issue 21)"),
                      ("layout_complete: false", "incomplete layout (layout_complete: false)"),
                      ("expert grid", "expert grid does not tile the world (published layout)"),
                      ("grad_accum_reported", "gradient accumulation contradicts the layout "
@@ -1169,13 +1235,14 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
     if vpp > 1 and spec.num_layers % (pp * vpp) and not _uneven_interleaves(spec, pp, vpp):
         raise SkipEntry(f"uneven interleaved split: {spec.num_layers} layers on pp {pp} x vpp "
                         f"{vpp} chunks: no pipeline layout gives every chunk a layer")
-    if zero >= 3 and pp > 1:
-        raise SkipEntry(f"ZeRO-3/FSDP with pp > 1 (pp={pp}): not modelled yet (issue 21)")
     sp = _bool_field(par.get("sequence_parallel"))
     if sp is None:
         sp = (nemo or runs_torchtitan(group, par)) and tp > 1
+    partial = 0 if vtrain else recompute_layers_of(par, recompute, spec.num_layers, pp * vpp)
+    offload = 0 if vtrain else offload_layers_of(par)
     recompute, recompute_layers = torchtitan_layer_sac(group, par, recompute, spec.num_layers,
                                                        pp)
+    recompute_layers = recompute_layers or partial
     experts = {}
     if moe is not None:  # etp not stated: 1, the MoE recipes' setting (MoE README)
         moe_layout_consistent(par, gbs, mbs, dp)
@@ -1191,6 +1258,7 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             micro_batch_size=mbs, precision=precision,
                             recompute=recompute, sequence_parallel=bool(sp) and tp > 1,
                             recompute_num_layers=recompute_layers, zero_stage=zero,
+                            cpu_offloading_num_layers=offload,
                             schedule="interleaved" if vpp > 1 else "1f1b",
                             virtual_stages=vpp if vpp > 1 else 1, **experts)
     except InputError as e:
@@ -1207,6 +1275,9 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             fp8_param_gather=gathers_in_fp8(group, par),
                             grad_reduce_in_bf16=reduces_in_bf16(group, par, flags),
                             expandable_segments=uses_expandable_segments(entry),
+                            # the torchtitan rows state torch.compile (their tables' *_compile
+                            # rows); None: not stated, the profile's default element-wise traffic
+                            torch_compile=_bool_field(par.get("torch_compile")),
                             # NVIDIA's MoE benchmarks force-balance the routing (README)
                             moe_load_imbalance=1.0 if moe is not None and nemo else None,
                             moe_cuda_graph=moe is not None and moe_graphed(par),

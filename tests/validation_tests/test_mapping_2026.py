@@ -4,7 +4,9 @@ skip reasons per entry, and that reading it leaves the calibrated figures unchan
 from __future__ import annotations
 
 import json
+import re
 import shutil
+from dataclasses import replace
 
 import pytest
 
@@ -110,16 +112,75 @@ def test_recipe_hint_comes_before_the_defaults():
     hint = {**BRIDGE_ROW["parallel"]["recipe_hint"], "recompute_modules": ["core_attn"]}
     assert v.map_entry(_with(BRIDGE_ROW, parallel={"recipe_hint": hint})).parallel.recompute \
         == "selective"
+    # Megatron-Core ignores the method and layer count under selective granularity
     hint = {**hint, "recompute_num_layers": 5, "recompute_method": "block"}
-    with pytest.raises(v.SkipEntry, match=r"partial recompute.*issue 21"):
-        v.map_entry(_with(BRIDGE_ROW, parallel={"recipe_hint": hint}))
+    run = v.map_entry(_with(BRIDGE_ROW, parallel={"recipe_hint": hint}))
+    assert (run.parallel.recompute, run.parallel.recompute_num_layers) == ("selective", 0)
+
+
+def _partial(**fields):
+    hint = {**BRIDGE_ROW["parallel"]["recipe_hint"], **fields}
+    return v.map_entry(_with(BRIDGE_ROW, parallel={"recipe_hint": hint, "vpp": 1})).parallel
+
+
+def test_partial_recompute_is_mapped():
+    """Issue 21: a partial recompute is scored, not skipped. BRIDGE_ROW: 80 layers on pp 8,
+    10 per stage. Block recomputes N layers of every chunk; uniform, or a block count at or
+    over the chunk, every layer; a text "N of M layers" per chunk or spread evenly; a method
+    or count missing is an incomplete layout."""
+    p = _partial(recompute_method="block", recompute_num_layers=4)
+    assert (p.recompute, p.recompute_num_layers) == ("full", 4)
+    assert _partial(recompute_method="uniform", recompute_num_layers=2).recompute_num_layers == 0
+    assert _partial(recompute_method="block", recompute_num_layers=10).recompute_num_layers == 0
+    per_chunk = v.map_entry(_with(BRIDGE_ROW, parallel={"vpp": 1, "recompute": "3 of 10 layers"}))
+    assert (per_chunk.parallel.recompute, per_chunk.parallel.recompute_num_layers) == ("full", 3)
+    total = v.map_entry(_with(BRIDGE_ROW, parallel={"vpp": 1, "recompute": "24 of 80 layers"}))
+    assert total.parallel.recompute_num_layers == 3
+    with pytest.raises(v.SkipEntry, match=r"^incomplete layout: partial recompute"):
+        _partial(recompute_num_layers=4)
+    with pytest.raises(v.SkipEntry, match=r"^incomplete layout: partial recompute"):
+        v.map_entry(_with(BRIDGE_ROW, parallel={"vpp": 1, "recompute": "5 of 80 layers"}))
+    assert v.skip_category("incomplete layout: partial recompute 'x'") == \
+        "incomplete layout or model"
+    # the block count keeps the other layers' activations: a smaller predicted peak, and a
+    # shorter step than recomputing every layer
+    full = _partial(recompute_method="uniform", recompute_num_layers=1)
+    assert full.recompute == "full"
+    runs = [replace(v.map_entry(_with(BRIDGE_ROW, parallel={
+        "vpp": 1, "recipe_hint": {"recompute_method": m, "recompute_num_layers": n}})), id=m)
+        for m, n in (("uniform", 1), ("block", 4))]
+    pred, errors = v.predict(runs)
+    assert not errors
+    assert pred["block"].step_time_s < pred["uniform"].step_time_s
+    assert pred["block"].peak_memory_bytes > pred["uniform"].peak_memory_bytes
+
+
+def test_activation_offload_is_mapped():
+    """Megatron-Core's --cpu-offloading-num-layers from the entry or its recipe hint; a false
+    field is no offload; offload without a count is an incomplete layout."""
+    one = {"pp": 1, "vpp": 1, "dp": 32}
+    hint = {**BRIDGE_ROW["parallel"]["recipe_hint"], "cpu_offloading_num_layers": 6}
+    run = v.map_entry(_with(BRIDGE_ROW, parallel={**one, "recipe_hint": hint}))
+    assert run.parallel.cpu_offloading_num_layers == 6
+    off = v.map_entry(_with(BRIDGE_ROW, parallel={**one, "activation_cpu_offload": False}))
+    assert off.parallel.cpu_offloading_num_layers == 0
+    with pytest.raises(v.SkipEntry, match=r"^incomplete layout: activation CPU offload"):
+        v.map_entry(_with(BRIDGE_ROW, parallel={**one, "activation_cpu_offload": True}))
+    pred, errors = v.predict([replace(run, id="offload"), off])
+    assert not errors
+    assert pred["offload"].peak_memory_bytes < pred[off.id].peak_memory_bytes
 
 
 def test_megatron_fsdp_column_is_zero_3():
+    """Megatron-FSDP (ZeRO-3) with a pipeline is mapped and scored (issue 21: ZeRO-3 / FSDP
+    with pp > 1 is modelled): its sharded weights make the peak smaller than ZeRO-1's."""
     run = v.map_entry(_with(BRIDGE_ROW, parallel={"fsdp": 32, "pp": 1, "dp": 32, "vpp": 1}))
     assert run.parallel.zero_stage == 3
-    with pytest.raises(v.SkipEntry, match=r"ZeRO-3/FSDP with pp > 1"):
-        v.map_entry(_with(BRIDGE_ROW, parallel={"fsdp": 4}))
+    piped = v.map_entry(_with(BRIDGE_ROW, parallel={"fsdp": 4}))
+    assert (piped.parallel.zero_stage, piped.parallel.pp) == (3, 8)
+    pred, errors = v.predict([replace(piped, id="fsdp_pp"), v.map_entry(BRIDGE_ROW)])
+    assert not errors
+    assert pred["fsdp_pp"].peak_memory_bytes < pred[BRIDGE_ROW["id"]].peak_memory_bytes
 
 
 def test_torchtitan_row():
@@ -289,6 +350,30 @@ def test_2026_entries_are_mapped_or_skipped_for_a_known_reason(result):
     assert by["step_time_runs"] >= 30
 
 
+ISSUE_21_FEATURES = re.compile(r"cp > 1|context parallel|partial recompute|offload|"
+                               r"ZeRO-3/FSDP with pp|uneven interleaved|issue 21")
+
+
+def test_no_complete_dense_entry_is_skipped_for_an_issue_21_feature(data_dir, result):
+    """Issue 21 acceptance: every entry of both files with a complete dense layout is mapped;
+    none is skipped for cp > 1, partial recompute, offload, FSDP + PP or an uneven
+    interleaved split. What stays skipped for such a feature is a MoE entry (an explicit
+    pipeline layout of DeepSeek-V3) or an entry whose layout is incomplete."""
+    entries, _ = v.load_data(data_dir)
+    by_id = {str(e.get("id")): e for e in entries if isinstance(e, dict)}
+    bad = []
+    for x in result["skipped"]:
+        e = by_id.get(x["id"])
+        if e is None or not ISSUE_21_FEATURES.search(x["reason"]):
+            continue
+        dense = not v.mixture_of_experts(e.get("model") or {}, e.get("parallel") or {}) \
+            and not isinstance((e.get("model") or {}).get("moe"), dict)
+        if dense and e.get("layout_complete") is not False \
+                and not x["reason"].startswith("incomplete layout"):
+            bad.append((x["id"], x["reason"]))
+    assert bad == []
+
+
 def test_the_moe_group_is_scored(result):
     """Issue 22: the MoE rows with a complete model.moe block are mapped and scored; what is
     left of the group is skipped for a pipeline reason (issue 21), not for MoE."""
@@ -334,6 +419,22 @@ def test_torchtitan_layer_sac_is_full_recompute_of_every_second_block():
     assert (op.parallel.recompute, op.parallel.recompute_num_layers) == ("selective", 0)
     assert v.torchtitan_layer_sac("megatron_core_x", {"recompute": "selective (layer)"},
                                   "selective", 32, 1) == ("selective", 0)
+
+
+def test_torch_compile_follows_the_entry():
+    """The torchtitan rows state torch.compile (issue 23): the mapper passes it into
+    TrainingSpec (absent: None, not stated); the compiled run, whose element-wise traffic is
+    the fused minimum, is predicted faster than the eager one, the same run otherwise."""
+    bf16 = {"precision": "BF16"}
+    eager = v.map_entry(_with(TORCHTITAN_ROW, parallel={**bf16, "torch_compile": False}))
+    fused = v.map_entry(_with(TORCHTITAN_ROW, parallel={**bf16, "torch_compile": True}))
+    unstated = v.map_entry(_with(TORCHTITAN_ROW, parallel=bf16))
+    assert (eager.training.torch_compile, fused.training.torch_compile,
+            unstated.training.torch_compile) == (False, True, None)
+    fused = replace(fused, id="compiled")
+    pred, errors = v.predict([eager, fused])
+    assert not errors
+    assert pred["compiled"].step_time_s < pred[eager.id].step_time_s
 
 
 def test_fp8_param_gather_follows_the_source():
