@@ -283,6 +283,43 @@ def test_polish_candidates_are_unscored_neighbours_of_the_front(p65):
         assert d.min() in (1, 2)
 
 
+def test_polish_places_follow_the_hypervolume_contributions():
+    # highest averages: weights 3 and 1 over 8 places give 6 and 2; a dry list drops out and
+    # its share goes to the others; rows already taken (or dealt) are skipped
+    assert osr._deal([list(range(10)), list(range(10, 20))], [3.0, 1.0], 8, set()) \
+        == [0, 1, 2, 10, 3, 4, 5, 11]
+    assert osr._deal([[0], list(range(10, 20))], [5.0, 1.0], 3, set()) == [0, 10, 11]
+    assert osr._deal([[0, 1, 2], [1, 2, 3]], [1.0, 1.0], 4, {0}) == [1, 2, 3]
+    assert osr._deal([[], [7]], [1.0, 0.0], 5, set()) == [7]
+
+
+def test_polish_places_follow_the_hypervolume_contributions_of_the_front(p65):
+    """The front point that alone dominates most of the hypervolume gets at least its share
+    of the places (the highest-averages rule meets the lower quota); dealt round-robin, each
+    of the 5 front points got 4 of 20."""
+    from optimizer.search.pareto import hypervolume_2d
+
+    problem, ctx, sp, valid = p65
+    enc = osr.Encoding.build(valid, sp)
+    scored = osr._Scored.empty()
+    scored.add(problem, valid, list(range(0, len(valid), 11)))
+    limit = problem.memory_limit_bytes
+    tps, mem = np.asarray(scored.tokens), np.asarray(scored.peaks)
+    ok = np.flatnonzero(mem <= limit)
+    front = ok[pareto_mask(tps[ok], mem[ok])]
+    total = hypervolume_2d(tps[front], mem[front], limit)
+    gain = np.array([total - hypervolume_2d(np.delete(tps[front], j), np.delete(mem[front], j),
+                                            limit) for j in range(len(front))])
+    top = scored.rows[int(front[np.argmax(gain)])]
+    k = 20
+    quota = int(k * gain.max() / gain.sum())
+    assert quota > k / len(front) + 4  # the premise: one point dominates the front
+    cands = osr.polish_candidates(enc, scored, limit, k)
+    codes = np.stack([enc.codes[p] for p in osr.PARAM_ORDER])
+    near_top = sum(int((codes[:, r] != codes[:, top]).sum()) <= 2 for r in cands)
+    assert len(cands) == k and near_top >= quota
+
+
 def test_unknown_sampler_is_an_input_error(p65):
     problem, ctx, sp, valid = p65
     from costmodel.errors import InputError
