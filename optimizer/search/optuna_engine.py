@@ -36,15 +36,18 @@ concurrent workers never overshoot. Trials left RUNNING by dead processes are fa
 
 Polish. For TPE and NSGA-II the last :data:`POLISH_FRACTION` of the budget is a local search
 around the current front: its unscored neighbours (one or two parameters changed, nearest
-steps first, :func:`polish_candidates`), shared among the front points in proportion to their
-hypervolume contributions and recomputed every batch, are enqueued
+steps first, :func:`polish_candidates`; a quarter of them ranked by an additive surrogate of
+the scored points, the rest shared among the front points in proportion to their hypervolume
+contributions), recomputed every batch, are enqueued
 (``study.enqueue_trial``) and asked like any trial, so they are in the study, count against
 ``trials`` and inform the sampler. In benchmarks (benchmarks/bench_search.py) plain TPE with
 300 trials missed the 0.99 hypervolume ratio on some seeds (min 0.94 on 65b/16, where 10 of
 1245 valid configurations fit; 0.975 on 175b/1024); with the polish every seed reached it.
 In the larger spaces (cp, ZeRO with pipelines, partial recompute) a polish that dealt the
-neighbours round-robin left 175b/128 at 0.975 on one seed of eight; shared by contribution,
-the minimum over seeds 0-7 is 0.9966 (65b/16), 0.9975 (13b/32) and 0.9951 (175b/128).
+neighbours round-robin left 175b/128 at 0.975 on one seed of eight (0.976 on another of
+sixteen with the contribution shares alone); with a quarter of each batch ranked by the
+surrogate, the minimum over seeds 0-15 is 0.9966 (65b/16), 0.9984 (13b/32) and 0.9950
+(175b/128).
 Random sampling stays a pure baseline.
 
 Seeds. A worker's identity is the number of the first trial it asks (unique: Optuna numbers
@@ -95,6 +98,13 @@ NSGA2_POPULATION = 50
 #: (enqueued as fixed trials). 0.4 from benchmarks: 0.2 left 175b/1024 below 0.99 on 3 of 8
 #: seeds, 0.3 on none but with a lower minimum; 0.4 and 0.5 reached >= 0.999 everywhere.
 POLISH_FRACTION: dict[str, float] = {"tpe": 0.4, "nsga2": 0.4, "random": 0.0}
+#: Share of each polish batch given to the neighbours an additive surrogate of the scored
+#: configurations ranks highest (:func:`_surrogate_picks`); the rest is dealt by hypervolume
+#: contribution. Chosen with benchmarks/bench_search.py (TPE-300, seeds 0-15, 65b/16, 13b/32,
+#: 175b/128; worst seed's hypervolume ratio): 0 (contribution only) 0.976 (175b/128 seed 11;
+#: its leanest corner, ZeRO-3 with fewer stages, was also never reached: 0.995 at best),
+#: 0.25 0.995, 0.5 0.987, 1 (surrogate only: it trusts the model too far) 0.978.
+SURROGATE_SHARE = 0.25
 
 
 # ---------------------------------------------------------------------------------------------
@@ -762,24 +772,30 @@ def _unscored(enc: Encoding, scored: _Scored, exclude: set, k: int, seed: int) -
 
 def polish_candidates(enc: Encoding, scored: _Scored, limit: float, k: int,
                       exclude: set = frozenset()) -> list[int]:
-    """Up to ``k`` unscored valid configurations next to the current front, nearest first.
+    """Up to ``k`` unscored valid configurations next to the current front.
 
     The front is that of the feasible scored configurations (of all scored ones when none is
     feasible). A neighbour of a front point differs in one or two parameters; each point's
     neighbours are ordered by their step distance (:meth:`Encoding.steps`: one step = the
     next value of an ordered parameter, e.g. micro-batch 2 -> 4, recompute selective -> full,
-    tp x2 or pp x2), then by the parameters changed, in :data:`PARAM_ORDER`.
+    tp x2 or pp x2), then by the parameters changed, in :data:`PARAM_ORDER` (a Pareto local
+    search: Paquete, Chiarandini and Stuetzle 2004).
 
-    The ``k`` places are shared among the front points in proportion to each point's own
-    hypervolume contribution (the area only it dominates), by the highest-averages rule:
-    the next place goes to the point with the largest ``contribution / (places + 1)``, ties
-    to the larger contribution. A point that alone covers a wide gap of the front gets many
-    neighbours tried, a point in a dense cluster few. Dealing the places round-robin instead
-    gave a 17-point front ~7 neighbours each; on 175b/128 (seed 4) the layout + ZeRO move
-    that opens the front's middle (tp8 pp16 ZeRO-0 -> tp8 pp8 ZeRO-1) was the 16th neighbour
-    of the point spanning the gap, never reached, and TPE-300 kept 0.975 of the exact
-    hypervolume; with the shares every seed of benchmarks/bench_search.py reaches >= 0.99.
-    Deterministic.
+    :data:`SURROGATE_SHARE` of the places go to the neighbours (of any front point, at any
+    step distance) that an additive model of the scored configurations predicts to add the
+    most hypervolume (:func:`_surrogate_picks`): it reaches a corner several steps away along
+    a line the scored points already show, e.g. 175b/128's leanest layouts (tp8 pp16 ZeRO-0
+    -> tp8 pp1..4 ZeRO-3, 4-6 steps) or 65b/16's fastest (partial recompute 0 -> 8 layers).
+    The other places are shared among the front points in proportion to each point's own
+    hypervolume contribution (the area only it dominates; selection by contribution as in
+    SMS-EMOA, Beume, Naujoks and Emmerich 2007), by the highest-averages rule: the next place
+    goes to the point with the largest ``contribution / (places + 1)``, ties to the larger
+    contribution; each takes its nearest neighbours first. A point that alone covers a wide
+    gap of the front gets many neighbours tried, a point in a dense cluster few. Dealing the
+    places round-robin instead gave a 17-point front ~7 neighbours each; on 175b/128 (seed 4)
+    the layout + ZeRO move that opens the front's middle (tp8 pp16 ZeRO-0 -> tp8 pp8 ZeRO-1)
+    was the 16th neighbour of the point spanning the gap, never reached, and TPE-300 kept
+    0.975 of the exact hypervolume. Deterministic.
     """
     from optimizer.search.pareto import hypervolume_2d, pareto_mask
 
@@ -789,7 +805,8 @@ def polish_candidates(enc: Encoding, scored: _Scored, limit: float, k: int,
     mem = np.asarray(scored.peaks)
     ok = mem <= limit
     ref = limit
-    if not ok.any():
+    feasible = bool(ok.any())
+    if not feasible:
         ok = np.isfinite(mem)
         ref = float(mem[ok].max()) * 1.01 if ok.any() else limit
     idx = np.flatnonzero(ok)
@@ -800,12 +817,76 @@ def polish_candidates(enc: Encoding, scored: _Scored, limit: float, k: int,
     by_gain = sorted(range(len(front)), key=lambda j: -gain[j])
     taken = set(scored.position) | {r for r in exclude if r is not None}
     lists = []
+    nearest: dict[int, float] = {}  # neighbour -> its step distance to the nearest front point
     for j in by_gain:
         changed, steps, first = enc.steps(scored.rows[int(front[j])])
         near = np.flatnonzero((changed >= 1) & (changed <= 2))
         near = near[np.lexsort((near, first[near], changed[near], steps[near]))]
         lists.append([int(r) for r in near if int(r) not in taken])
-    return _deal(lists, [max(gain[j], 0.0) for j in by_gain], k, taken)
+        for r in lists[-1]:
+            nearest[r] = min(nearest.get(r, np.inf), float(steps[r]))
+    out: list[int] = []
+    if feasible and nearest:
+        out = _surrogate_picks(enc, scored, limit, nearest, int(round(SURROGATE_SHARE * k)))
+        taken.update(out)
+    return out + _deal(lists, [max(gain[j], 0.0) for j in by_gain], k - len(out), taken)
+
+
+#: Ridge penalty of the surrogate's least-squares fit (one-hot features; keeps the values a
+#: few scored configurations take from swinging the fit)
+SURROGATE_RIDGE = 1e-2
+
+
+def _design(enc: Encoding, rows: np.ndarray) -> np.ndarray:
+    """Features of the additive surrogate for valid configurations ``rows``: an intercept,
+    one indicator per parameter value (the first value of each parameter is the baseline),
+    and log2 of each member of a log-stepped parameter (the layout's tp and pp)."""
+    cols = [np.ones((len(rows), 1))]
+    for param, members in PARAMS:
+        n = len(enc.tokens[param.name])
+        if n > 1:
+            cols.append(np.eye(n)[enc.codes[param.name][rows]][:, 1:])
+        if param.log_steps:
+            cols += [np.log2(getattr(enc.valid, d.name)[rows]).reshape(-1, 1) for d in members]
+    return np.hstack(cols)
+
+
+def _surrogate_picks(enc: Encoding, scored: _Scored, limit: float,
+                     candidates: Mapping[int, float], k: int) -> list[int]:
+    """Up to ``k`` of ``candidates`` (row -> step distance) with the largest predicted
+    hypervolume gain over the scored feasible front, ties to the nearer, then the lower row.
+
+    The prediction is an additive model in log space, log tokens/s and log peak memory each
+    a sum of one term per parameter value (:func:`_design`), fitted by ridge least squares
+    on the scored configurations: throughput is a product of efficiencies and memory is
+    dominated by one term divided by the sharding degrees, so logs are close to additive.
+    It only ranks configurations that are then scored exactly; a candidate predicted over
+    the limit, or inside the front, gains nothing and is not picked."""
+    from optimizer.search.pareto import hypervolume_2d, pareto_mask
+
+    if k <= 0:
+        return []
+    rows = np.asarray(scored.rows, dtype=np.int64)
+    tps = np.asarray(scored.tokens)
+    mem = np.asarray(scored.peaks)
+    fit = np.isfinite(mem) & (mem > 0) & (tps > 0)
+    if fit.sum() < 2:
+        return []
+    x = _design(enc, rows[fit])
+    ridge = SURROGATE_RIDGE * np.eye(x.shape[1])
+    ridge[0, 0] = 0.0  # the intercept is not shrunk
+    w = np.linalg.solve(x.T @ x + ridge, x.T @ np.log(np.stack([tps[fit], mem[fit]], axis=1)))
+    cand = np.fromiter(candidates, dtype=np.int64, count=len(candidates))
+    pred = np.exp(_design(enc, cand) @ w)
+    ok = np.flatnonzero(mem <= limit)
+    front = ok[pareto_mask(tps[ok], mem[ok])]
+    ft, fm = tps[front], mem[front]
+    base = hypervolume_2d(ft, fm, limit)
+    gain = np.array([hypervolume_2d(np.append(ft, t), np.append(fm, m), limit) - base
+                     if m <= limit else 0.0 for t, m in pred])
+    dist = np.array([candidates[int(r)] for r in cand])
+    order = np.lexsort((cand, dist, -gain))
+    return [int(cand[i]) for i in order[:k] if gain[i] > 0]
 
 
 def _deal(lists: list[list[int]], weight: Sequence[float], k: int, taken: set) -> list[int]:

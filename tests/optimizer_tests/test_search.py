@@ -293,12 +293,13 @@ def test_polish_places_follow_the_hypervolume_contributions():
     assert osr._deal([[], [7]], [1.0, 0.0], 5, set()) == [7]
 
 
-def test_polish_places_follow_the_hypervolume_contributions_of_the_front(p65):
+def test_polish_places_follow_the_hypervolume_contributions_of_the_front(p65, monkeypatch):
     """The front point that alone dominates most of the hypervolume gets at least its share
     of the places (the highest-averages rule meets the lower quota); dealt round-robin, each
-    of the 5 front points got 4 of 20."""
+    of the 5 front points got 4 of 20. (The surrogate's share is off here.)"""
     from optimizer.search.pareto import hypervolume_2d
 
+    monkeypatch.setattr(osr, "SURROGATE_SHARE", 0.0)
     problem, ctx, sp, valid = p65
     enc = osr.Encoding.build(valid, sp)
     scored = osr._Scored.empty()
@@ -318,6 +319,35 @@ def test_polish_places_follow_the_hypervolume_contributions_of_the_front(p65):
     codes = np.stack([enc.codes[p] for p in osr.PARAM_ORDER])
     near_top = sum(int((codes[:, r] != codes[:, top]).sum()) <= 2 for r in cands)
     assert len(cands) == k and near_top >= quota
+
+
+def test_surrogate_picks_the_best_neighbour_of_an_additive_world(p65):
+    """Where log throughput and log memory are exactly additive over the parameter values,
+    the surrogate's first pick is the candidate that truly adds the most hypervolume (among
+    ~1000, most of them gaining nothing), and a candidate predicted to gain nothing is never
+    picked."""
+    from optimizer.search.pareto import hypervolume_2d
+
+    problem, ctx, sp, valid = p65
+    enc = osr.Encoding.build(valid, sp)
+    x = osr._design(enc, np.arange(len(valid)))
+    rng = np.random.default_rng(0)
+    true_tps = np.exp(10 + x @ rng.normal(0, 0.3, x.shape[1]))
+    true_mem = np.exp(24 + x @ rng.normal(0, 0.3, x.shape[1]))
+    limit = float(np.median(true_mem))
+    rows = list(range(0, len(valid), 5))
+    scored = osr._Scored(rows, [], {r: i for i, r in enumerate(rows)},
+                         [float(true_tps[r]) for r in rows], [float(true_mem[r]) for r in rows])
+    cands = {r: 1.0 for r in range(1, len(valid), 5)}
+    ok = [r for r in rows if true_mem[r] <= limit]
+    base = hypervolume_2d(true_tps[ok], true_mem[ok], limit)
+    gain = {r: hypervolume_2d(true_tps[[*ok, r]], true_mem[[*ok, r]], limit) - base
+            for r in cands}
+    picks = osr._surrogate_picks(enc, scored, limit, cands, 3)
+    assert picks[0] == max(gain, key=gain.get) and gain[picks[0]] > 0
+    assert len(set(picks)) == 3 and all(gain[r] > 0 for r in picks)
+    assert sum(g > 0 for g in gain.values()) < len(cands) / 2
+    assert osr._surrogate_picks(enc, scored, 0.0, cands, 3) == []  # nothing fits: no gain
 
 
 def test_unknown_sampler_is_an_input_error(p65):
