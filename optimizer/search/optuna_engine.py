@@ -46,8 +46,8 @@ contributions), recomputed every batch, are enqueued
 In the larger spaces (cp, ZeRO with pipelines, partial recompute) a polish that dealt the
 neighbours round-robin left 175b/128 at 0.975 on one seed of eight (0.976 on another of
 sixteen with the contribution shares alone); with a quarter of each batch ranked by the
-surrogate, the minimum over seeds 0-15 is 0.9966 (65b/16), 0.9984 (13b/32) and 0.9950
-(175b/128).
+surrogate and steps that skip parameters fixed by the others, the minimum over seeds 0-15 is
+0.9966 (65b/16), 0.9988 (13b/32) and 0.9950 (175b/128).
 Random sampling stays a pure baseline.
 
 Seeds. A worker's identity is the number of the first trial it asks (unique: Optuna numbers
@@ -64,6 +64,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -100,10 +101,12 @@ NSGA2_POPULATION = 50
 POLISH_FRACTION: dict[str, float] = {"tpe": 0.4, "nsga2": 0.4, "random": 0.0}
 #: Share of each polish batch given to the neighbours an additive surrogate of the scored
 #: configurations ranks highest (:func:`_surrogate_picks`); the rest is dealt by hypervolume
-#: contribution. Chosen with benchmarks/bench_search.py (TPE-300, seeds 0-15, 65b/16, 13b/32,
-#: 175b/128; worst seed's hypervolume ratio): 0 (contribution only) 0.976 (175b/128 seed 11;
-#: its leanest corner, ZeRO-3 with fewer stages, was also never reached: 0.995 at best),
-#: 0.25 0.995, 0.5 0.987, 1 (surrogate only: it trusts the model too far) 0.978.
+#: contribution. From benchmarks/bench_search.py (TPE-300, seeds 0-15 on 65b/16, 13b/32 and
+#: 175b/128; the worst seed's hypervolume ratio per problem), with the steps that skip forced
+#: parameters (:meth:`Encoding.steps`): 0.125 0.9966/0.9984/0.9947, 0.25 0.9966/0.9988/0.9950,
+#: 0.5 0.9964/0.9986/0.9936. With steps that counted forced values, the share mattered
+#: (175b/128 0.979 at 0.125, 0.995 at 0.25, 0.978 at 0.375); 1 (the surrogate alone, trusting
+#: the model too far) 0.978.
 SURROGATE_SHARE = 0.25
 
 
@@ -188,19 +191,45 @@ class Encoding:
         self.walk(pick)
         return out
 
-    def steps(self, row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def steps(self, row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """For every valid configuration, compared with configuration ``row``: the number of
-        parameters that differ, the step distance (the layout counts |log2 tp ratio| +
-        |log2 pp ratio|, every other parameter its distance in its ordered choice list), and
-        the first differing parameter (index into :data:`PARAM_ORDER`)."""
+        parameters whose values differ; the number of those that are a choice at both
+        configurations (:attr:`chosen`); the step distance over the latter (the layout counts
+        |log2 tp ratio| + |log2 pp ratio|, every other parameter its distance in its ordered
+        choice list); and the first of the latter (index into :data:`PARAM_ORDER`).
+
+        A parameter the earlier parameters fix at either end (ZeRO at dp = 1, the schedule at
+        pp = 1) is no step: tp8 pp16 (dp 1) -> tp8 pp8 ZeRO-1 is one step (the layout), as
+        near as tp8 pp8 ZeRO-0. Counting the forced ZeRO value made that move two steps, and
+        the ZeRO-1 middle of 175b/128's front went unreached on some seeds."""
         codes = np.stack([self.codes[p] for p in PARAM_ORDER])
-        diff = codes != codes[:, row:row + 1]
+        differ = codes != codes[:, row:row + 1]
+        both = self.chosen & self.chosen[:, row:row + 1]
         dist = np.abs(codes - codes[:, row:row + 1]).astype(float)
         for i, (param, members) in enumerate(PARAMS):
             if param.log_steps:
                 logs = [np.log2(getattr(self.valid, d.name)) for d in members]
                 dist[i] = sum(np.abs(lg - lg[row]) for lg in logs)
-        return diff.sum(axis=0), dist.sum(axis=0), diff.argmax(axis=0)
+        moved = differ & both
+        return (differ.sum(axis=0), moved.sum(axis=0), np.where(both, dist, 0.0).sum(axis=0),
+                moved.argmax(axis=0))
+
+    @cached_property
+    def chosen(self) -> np.ndarray:
+        """``chosen[i, r]``: parameter ``PARAM_ORDER[i]`` is a choice at valid configuration
+        ``r``, i.e. the valid configurations that agree with ``r`` on the parameters before
+        it take two or more of its values (:meth:`walk` suggests it). One ``np.unique`` per
+        parameter over the prefixes, computed once."""
+        n = len(self.valid)
+        out = np.zeros((len(PARAM_ORDER), n), dtype=bool)
+        prefix = np.zeros(n, dtype=np.int64)  # id of the configuration's earlier choices
+        for i, p in enumerate(PARAM_ORDER):
+            width = len(self.tokens[p])
+            pairs, prefix_next = np.unique(prefix * width + self.codes[p], return_inverse=True)
+            values_per_prefix = np.bincount(pairs // width, minlength=int(prefix.max()) + 1)
+            out[i] = values_per_prefix[prefix] > 1
+            prefix = prefix_next.reshape(-1).astype(np.int64)
+        return out
 
     def description(self) -> dict[str, list]:
         """The global choice lists (recorded in the study, compared on resume). A ``new``
@@ -775,17 +804,18 @@ def polish_candidates(enc: Encoding, scored: _Scored, limit: float, k: int,
     """Up to ``k`` unscored valid configurations next to the current front.
 
     The front is that of the feasible scored configurations (of all scored ones when none is
-    feasible). A neighbour of a front point differs in one or two parameters; each point's
-    neighbours are ordered by their step distance (:meth:`Encoding.steps`: one step = the
-    next value of an ordered parameter, e.g. micro-batch 2 -> 4, recompute selective -> full,
-    tp x2 or pp x2), then by the parameters changed, in :data:`PARAM_ORDER` (a Pareto local
-    search: Paquete, Chiarandini and Stuetzle 2004).
+    feasible). A neighbour of a front point differs in the values of one or two parameters;
+    each point's neighbours are ordered by their step distance (:meth:`Encoding.steps`: one
+    step = the next value of an ordered parameter, e.g. micro-batch 2 -> 4, recompute
+    selective -> full, tp x2 or pp x2; a parameter the others fix at either end is no step),
+    then by the number of parameters changed, then by the first one in :data:`PARAM_ORDER`
+    (a Pareto local search: Paquete, Chiarandini and Stuetzle 2004).
 
     :data:`SURROGATE_SHARE` of the places go to the neighbours (of any front point, at any
     step distance) that an additive model of the scored configurations predicts to add the
     most hypervolume (:func:`_surrogate_picks`): it reaches a corner several steps away along
     a line the scored points already show, e.g. 175b/128's leanest layouts (tp8 pp16 ZeRO-0
-    -> tp8 pp1..4 ZeRO-3, 4-6 steps) or 65b/16's fastest (partial recompute 0 -> 8 layers).
+    -> tp8 pp1..4 ZeRO-3, 2-4 steps) or 65b/16's fastest (partial recompute 0 -> 8 layers).
     The other places are shared among the front points in proportion to each point's own
     hypervolume contribution (the area only it dominates; selection by contribution as in
     SMS-EMOA, Beume, Naujoks and Emmerich 2007), by the highest-averages rule: the next place
@@ -819,8 +849,8 @@ def polish_candidates(enc: Encoding, scored: _Scored, limit: float, k: int,
     lists = []
     nearest: dict[int, float] = {}  # neighbour -> its step distance to the nearest front point
     for j in by_gain:
-        changed, steps, first = enc.steps(scored.rows[int(front[j])])
-        near = np.flatnonzero((changed >= 1) & (changed <= 2))
+        differ, changed, steps, first = enc.steps(scored.rows[int(front[j])])
+        near = np.flatnonzero((differ >= 1) & (differ <= 2))
         near = near[np.lexsort((near, first[near], changed[near], steps[near]))]
         lists.append([int(r) for r in near if int(r) not in taken])
         for r in lists[-1]:

@@ -350,6 +350,39 @@ def test_surrogate_picks_the_best_neighbour_of_an_additive_world(p65):
     assert osr._surrogate_picks(enc, scored, 0.0, cands, 3) == []  # nothing fits: no gain
 
 
+def test_chosen_marks_the_parameters_walk_suggests(p65):
+    problem, ctx, sp, valid = p65
+    enc = osr.Encoding.build(valid, sp)
+    for row in range(0, len(valid), 97):
+        asked = set()
+
+        def pick(name, choices, row=row, asked=asked):
+            p = name.split("[", 1)[0]
+            asked.add(p)
+            return enc.tokens[p][int(enc.codes[p][row])]
+
+        assert enc.walk(pick) == row
+        assert [p in asked for p in osr.PARAM_ORDER] == list(enc.chosen[:, row])
+
+
+def test_a_parameter_fixed_at_one_end_is_no_step(p65):
+    """dp = 1 fixes ZeRO at 0: a layout move that opens ZeRO-1 is one step, like ZeRO-0."""
+    problem, ctx, sp, valid = p65
+    enc = osr.Encoding.build(valid, sp)
+    z = osr.PARAM_ORDER.index("zero_stage")
+    codes = np.stack([enc.codes[p] for p in osr.PARAM_ORDER])
+    origin = next(r for r in range(len(valid)) if valid.dp[r] == 1 and not enc.chosen[z, r])
+    differ, changed, dist, first = enc.steps(origin)
+    others = np.ones(len(codes), dtype=bool)
+    others[[0, z]] = False  # the layout and ZeRO may differ, nothing else
+    same_rest = (codes[others] == codes[others][:, [origin]]).all(axis=0)
+    moved = np.flatnonzero(same_rest & (codes[0] != codes[0, origin])
+                           & (valid.zero_stage > 0) & (dist == 1))
+    assert len(moved) > 0
+    assert (differ[moved] == 2).all() and (changed[moved] == 1).all()
+    assert (first[moved] == 0).all()  # the layout
+
+
 def test_unknown_sampler_is_an_input_error(p65):
     problem, ctx, sp, valid = p65
     from costmodel.errors import InputError
