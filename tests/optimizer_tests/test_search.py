@@ -283,6 +283,106 @@ def test_polish_candidates_are_unscored_neighbours_of_the_front(p65):
         assert d.min() in (1, 2)
 
 
+def test_polish_places_follow_the_hypervolume_contributions():
+    # highest averages: weights 3 and 1 over 8 places give 6 and 2; a dry list drops out and
+    # its share goes to the others; rows already taken (or dealt) are skipped
+    assert osr._deal([list(range(10)), list(range(10, 20))], [3.0, 1.0], 8, set()) \
+        == [0, 1, 2, 10, 3, 4, 5, 11]
+    assert osr._deal([[0], list(range(10, 20))], [5.0, 1.0], 3, set()) == [0, 10, 11]
+    assert osr._deal([[0, 1, 2], [1, 2, 3]], [1.0, 1.0], 4, {0}) == [1, 2, 3]
+    assert osr._deal([[], [7]], [1.0, 0.0], 5, set()) == [7]
+
+
+def test_polish_places_follow_the_hypervolume_contributions_of_the_front(p65, monkeypatch):
+    """The front point that alone dominates most of the hypervolume gets at least its share
+    of the places (the highest-averages rule meets the lower quota); dealt round-robin, each
+    of the 5 front points got 4 of 20. (The surrogate's share is off here.)"""
+    from optimizer.search.pareto import hypervolume_2d
+
+    monkeypatch.setattr(osr, "SURROGATE_SHARE", 0.0)
+    problem, ctx, sp, valid = p65
+    enc = osr.Encoding.build(valid, sp)
+    scored = osr._Scored.empty()
+    scored.add(problem, valid, list(range(0, len(valid), 11)))
+    limit = problem.memory_limit_bytes
+    tps, mem = np.asarray(scored.tokens), np.asarray(scored.peaks)
+    ok = np.flatnonzero(mem <= limit)
+    front = ok[pareto_mask(tps[ok], mem[ok])]
+    total = hypervolume_2d(tps[front], mem[front], limit)
+    gain = np.array([total - hypervolume_2d(np.delete(tps[front], j), np.delete(mem[front], j),
+                                            limit) for j in range(len(front))])
+    top = scored.rows[int(front[np.argmax(gain)])]
+    k = 20
+    quota = int(k * gain.max() / gain.sum())
+    assert quota > k / len(front) + 4  # the premise: one point dominates the front
+    cands = osr.polish_candidates(enc, scored, limit, k)
+    codes = np.stack([enc.codes[p] for p in osr.PARAM_ORDER])
+    near_top = sum(int((codes[:, r] != codes[:, top]).sum()) <= 2 for r in cands)
+    assert len(cands) == k and near_top >= quota
+
+
+def test_surrogate_picks_the_best_neighbour_of_an_additive_world(p65):
+    """Where log throughput and log memory are exactly additive over the parameter values,
+    the surrogate's first pick is the candidate that truly adds the most hypervolume (among
+    ~1000, most of them gaining nothing), and a candidate predicted to gain nothing is never
+    picked."""
+    from optimizer.search.pareto import hypervolume_2d
+
+    problem, ctx, sp, valid = p65
+    enc = osr.Encoding.build(valid, sp)
+    x = osr._design(enc, np.arange(len(valid)))
+    rng = np.random.default_rng(0)
+    true_tps = np.exp(10 + x @ rng.normal(0, 0.3, x.shape[1]))
+    true_mem = np.exp(24 + x @ rng.normal(0, 0.3, x.shape[1]))
+    limit = float(np.median(true_mem))
+    rows = list(range(0, len(valid), 5))
+    scored = osr._Scored(rows, [], {r: i for i, r in enumerate(rows)},
+                         [float(true_tps[r]) for r in rows], [float(true_mem[r]) for r in rows])
+    cands = {r: 1.0 for r in range(1, len(valid), 5)}
+    ok = [r for r in rows if true_mem[r] <= limit]
+    base = hypervolume_2d(true_tps[ok], true_mem[ok], limit)
+    gain = {r: hypervolume_2d(true_tps[[*ok, r]], true_mem[[*ok, r]], limit) - base
+            for r in cands}
+    picks = osr._surrogate_picks(enc, scored, limit, cands, 3)
+    assert picks[0] == max(gain, key=gain.get) and gain[picks[0]] > 0
+    assert len(set(picks)) == 3 and all(gain[r] > 0 for r in picks)
+    assert sum(g > 0 for g in gain.values()) < len(cands) / 2
+    assert osr._surrogate_picks(enc, scored, 0.0, cands, 3) == []  # nothing fits: no gain
+
+
+def test_chosen_marks_the_parameters_walk_suggests(p65):
+    problem, ctx, sp, valid = p65
+    enc = osr.Encoding.build(valid, sp)
+    for row in range(0, len(valid), 97):
+        asked = set()
+
+        def pick(name, choices, row=row, asked=asked):
+            p = name.split("[", 1)[0]
+            asked.add(p)
+            return enc.tokens[p][int(enc.codes[p][row])]
+
+        assert enc.walk(pick) == row
+        assert [p in asked for p in osr.PARAM_ORDER] == list(enc.chosen[:, row])
+
+
+def test_a_parameter_fixed_at_one_end_is_no_step(p65):
+    """dp = 1 fixes ZeRO at 0: a layout move that opens ZeRO-1 is one step, like ZeRO-0."""
+    problem, ctx, sp, valid = p65
+    enc = osr.Encoding.build(valid, sp)
+    z = osr.PARAM_ORDER.index("zero_stage")
+    codes = np.stack([enc.codes[p] for p in osr.PARAM_ORDER])
+    origin = next(r for r in range(len(valid)) if valid.dp[r] == 1 and not enc.chosen[z, r])
+    differ, changed, dist, first = enc.steps(origin)
+    others = np.ones(len(codes), dtype=bool)
+    others[[0, z]] = False  # the layout and ZeRO may differ, nothing else
+    same_rest = (codes[others] == codes[others][:, [origin]]).all(axis=0)
+    moved = np.flatnonzero(same_rest & (codes[0] != codes[0, origin])
+                           & (valid.zero_stage > 0) & (dist == 1))
+    assert len(moved) > 0
+    assert (differ[moved] == 2).all() and (changed[moved] == 1).all()
+    assert (first[moved] == 0).all()  # the layout
+
+
 def test_unknown_sampler_is_an_input_error(p65):
     problem, ctx, sp, valid = p65
     from costmodel.errors import InputError
