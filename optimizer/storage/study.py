@@ -14,8 +14,10 @@ RUNNING trials nobody will ever finish:
   not yet tagged; that worker drops the trial and asks again (optuna_search._loop);
 - RDB storages: trials of other hosts are left to Optuna's heartbeat; a RUNNING trial without
   an owner tag (its worker died between ``ask`` and the tag, which takes milliseconds) is
-  failed once it is older than ``UNTAGGED_GRACE_S`` (15 s); an owner on this host that is a
-  zombie counts as dead;
+  failed once it is older than ``UNTAGGED_GRACE_S`` (4 s: with the waiting worker's 0.5 s
+  poll, within the 5 s heartbeat interval); an owner on this host that is a zombie counts as
+  dead; a dead owner on this host is seen at once (its pid), so a worker waiting on a killed
+  one's trials waits one poll (0.5 s);
 - while a worker waits for others, any RUNNING trial older than the grace period whose owner
   cannot be seen alive is failed (so a lost worker never blocks the others for ever).
 
