@@ -19,8 +19,13 @@ space (3396 valid configurations, scored in ~1 s):
   (FAIL trials left), ``final`` (configurations the final polish scored), ``wall_s``.
 
 Prints one JSON line per run on stderr, then the tables (seeds x workers) and one JSON
-document. The default (3 seeds x {1, 8} workers x 60 trials on PostgreSQL) takes ~2-3 min on
-two loaded cores.
+document. The default (3 seeds x {1, 8} workers x 60 trials on PostgreSQL) took 1 min 53 s
+on two cores at load ~6 (8.5 min at load ~12); ``--kinds journal`` ~40 s.
+
+Measured (commit 0413e9d, the default): tps 1.0 and hv 1.0 in all 6 cells; the search's own
+trials (before the final polish) 1 process 0.9885 / 0.9698 / 0.9162 tps, 8 workers 0.9919 /
+0.9301 / 0.9532; distinct 60 of 60 counted, 0 FAIL everywhere; 296-470 configurations scored
+by the final polish.
 """
 
 from __future__ import annotations
