@@ -39,7 +39,11 @@ from optimizer.storage.workers import process_alive, worker_id
 HEARTBEAT_INTERVAL_S = 5  # a thread of each worker beats every half interval for its batch
 GRACE_PERIOD_S = 15  # a RUNNING RDB trial without a heartbeat this long (any host's) is dead
 OWNER_UNSEEN_S = 60  # a RUNNING trial this old whose owner liveness is unknown, no heartbeat
-UNTAGGED_GRACE_S = 15  # a RUNNING RDB trial nobody tagged this long: killed between ask and tag
+# a RUNNING RDB trial nobody tagged this long: its worker was killed between ask and tag. The
+# window is Optuna's create_new_trial, get_trial and sampler.before_trial (TPE samples lazily,
+# at the first suggest, after the tag): a few storage round trips. Plus one POLL_S of the
+# waiting worker, it stays under the heartbeat interval (it was 15 s: a stall of 15 s)
+UNTAGGED_GRACE_S = 4
 SQLITE_TIMEOUT_S = 30.0
 JOURNAL_LOCK_GRACE_S = 10  # a lock held this long by one holder (of unknown liveness) is broken
 RDB_DIALECTS = ("sqlite", "postgresql", "mysql")

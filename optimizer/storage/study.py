@@ -7,15 +7,19 @@ RUNNING trials nobody will ever finish:
 
 - owner on this host whose process is gone (pid not alive, or reused: start time differs),
   or is this process but not a search running now (an earlier, interrupted call);
-- journal storages: also every RUNNING trial owned by another host or by nobody. A journal
-  file has a **single-writer assumption** per host: several processes on one machine may share
-  it (their pids are checked), several machines must not (use an RDB; ecosystem.md 1.7/1.8).
-  A worker starting next to a running one may so fail a trial the other has just asked and
-  not yet tagged; that worker drops the trial and asks again (optuna_search._loop);
-- RDB storages: trials of other hosts are left to Optuna's heartbeat; a RUNNING trial without
-  an owner tag (its worker died between ``ask`` and the tag, which takes milliseconds) is
-  failed once it is older than ``UNTAGGED_GRACE_S`` (15 s); an owner on this host that is a
-  zombie counts as dead;
+- every storage: a RUNNING trial without an owner tag (its worker died between ``ask`` and
+  the tag, which takes milliseconds) once it is older than ``UNTAGGED_GRACE_S`` (4 s: with
+  the waiting worker's 0.5 s poll, within the 5 s heartbeat interval). Younger ones are left
+  alone even at start-up: they were failed at once on journals, and 8 workers starting
+  together on one journal failed each other's just-asked trials (1-3 FAIL trials left);
+- journal storages: also every RUNNING trial owned by another host. A journal file has a
+  **single-writer assumption** per host: several processes on one machine may share it (their
+  pids are checked), several machines must not (use an RDB; ecosystem.md 1.7/1.8). Should a
+  trial still be failed under its owner (e.g. one starved past the grace), that worker drops
+  it and asks again (optuna_search._loop);
+- RDB storages: trials of other hosts are left to Optuna's heartbeat; an owner on this host
+  that is a zombie counts as dead; a dead owner on this host is seen at once (its pid), so a
+  worker waiting on a killed one's trials waits one poll (0.5 s);
 - while a worker waits for others, any RUNNING trial older than the grace period whose owner
   cannot be seen alive is failed (so a lost worker never blocks the others for ever).
 
@@ -192,10 +196,11 @@ def fail_dead_trials(study, kind: str, *, at_startup: bool, own: Iterable[int] =
                and (now - t.datetime_start).total_seconds() > OWNER_UNSEEN_S)
         if alive is False:
             dead.append(t)
-        elif alive is None and kind in ("journal", "redis") and (at_startup or old):
-            dead.append(t)  # single-writer assumption (module docstring)
-        elif alive is None and kind == "rdb" and owner is None and age(t) > UNTAGGED_GRACE_S:
+        elif owner is None and age(t) > UNTAGGED_GRACE_S:
             dead.append(t)  # untagged: its worker died between ask and tag (that takes ms)
+        elif owner is not None and alive is None and kind in ("journal", "redis") \
+                and (at_startup or old):
+            dead.append(t)  # another host's: single-writer assumption (module docstring)
         elif alive is None and kind == "rdb" and old and not at_startup:
             dead.append(t)  # its host's heartbeat never came: long gone
     return fail_trials(study, dead)
