@@ -989,8 +989,10 @@ def final_polish_rows(enc: Encoding, problem, limit: float, known: Sequence[int]
     while True:
         new: set[int] = set()
         for row in _front_rows(members, cache, limit):
-            changed, _, _ = enc.steps(row)
-            new.update(int(r) for r in np.flatnonzero(changed == 1))
+            # one step: one parameter that is a choice at both ends moves (plus any the
+            # others force, e.g. ZeRO opening at dp > 1), as the search polish counts it
+            differ, moved, _, _ = enc.steps(row)
+            new.update(int(r) for r in np.flatnonzero((differ >= 1) & (moved <= 1)))
         fresh = sorted(new - inside)
         if not fresh:
             return added
