@@ -290,12 +290,23 @@ class SteadyState:
 def steady_state(st: StageTimes, layer: LayerCosts, steady_s, m,
                  partial: PartialRecompute | None = None) -> SteadyState:
     Ls = st.slowest_layers
-    compute_mb = Ls * (layer.forward_s + layer.backward_s) + st.slowest_ends_s
+    if partial is None:
+        def mix(field):
+            return Ls * getattr(layer, field)
+    else:
+        # the recomputed layers at the recompute costs, the others at the plain ones (their
+        # forward's TP collectives and launches are not re-run either)
+        share = partial.recompute_share(Ls)
+
+        def mix(field):
+            return Ls * (share * getattr(layer, field)
+                         + (1.0 - share) * getattr(partial.plain, field))
+    compute_mb = mix("forward_s") + mix("backward_s") + st.slowest_ends_s
     recompute_mb = Ls * layer.recompute_s
     if partial is not None:
         recompute_mb = recompute_mb * partial.recompute_share(Ls)
-    tp_mb = Ls * layer.tp_comm_s
-    host_mb = Ls * layer.host_s
+    tp_mb = mix("tp_comm_s")
+    host_mb = mix("host_s")
     pp_steady = st.slowest_p2p_s
     # residual rounding (e.g. SP collectives inside emb/head) folds into compute (an
     # unrunnable configuration's infinite terms leave it NaN: its step time is inf)

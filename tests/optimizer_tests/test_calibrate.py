@@ -181,7 +181,7 @@ def test_missing_file_and_unknown_param(tmp_path, capsys):
 
 @pytest.mark.parametrize("group, want", [
     ("bloom_prequel_config_sweep/", "half"),  # the worst dense groups today: halved
-    ("mbridge_perf_dense_blackwell/gb200", "half"),
+    ("mbridge_perf_dense_blackwell/gb200", "half"),  # (or left alone once under 5%)
     ("mbridge_perf_moe/h100", "not worse"),  # the old fit took it from 11.9% to 30.8%
     ("mbridge_perf_moe/gb200", "not worse"),  # four scales fitted on all 20 runs: 14.4% (of 21%)
     ("llmfoundry_mpt_benchmarks/h100", "not worse"),  # the old fit: 4.0% -> 6.7%
@@ -194,8 +194,13 @@ def test_published_runs_three_fit_the_rest(group, want):
 
     rs = next(rs for name, rs in groups(6).items() if name.startswith(group))
     d = group_check(observations(rs))
-    if want == "half":
+    if want == "half" and d["mape_before"] > 0.05:
         assert d["mape_after"] <= d["mape_before"] / 2, d
+    elif want == "half":
+        # the cost model itself now predicts the group within 5% (dense GB200: 10.0% at 0.6.1,
+        # 2.9% at 0.7.0 with the userbuffers overlap share): nothing left to halve, and the
+        # fit must leave it alone rather than chase noise
+        assert d["mape_after"] <= d["mape_before"] * 1.001, d
     else:
         assert d["mape_after"] <= d["mape_before"] * 1.001, d
 

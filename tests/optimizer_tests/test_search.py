@@ -224,7 +224,8 @@ def test_front_is_exact_over_everything_the_search_scored(p65):
                                    out.batch.recompute, out.batch.sequence_parallel,
                                    out.batch.zero_stage, out.batch.schedule,
                                    out.batch.virtual_stages, out.batch.stage_plan,
-                                   out.batch.recompute_num_layers]), axis=1).T) == len(out.batch)
+                                   out.batch.recompute_num_layers,
+                                   out.batch.recompute_modules]), axis=1).T) == len(out.batch)
     front = feasible[pareto_mask(s.tokens_per_s[feasible], s.peak_memory_bytes[feasible])]
     for i in feasible:  # every feasible scored point is weakly dominated by the front
         assert ((s.tokens_per_s[front] >= s.tokens_per_s[i])
