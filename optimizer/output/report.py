@@ -175,13 +175,35 @@ def _why_memory(doc: dict[str, Any], m: dict[str, Any], limit: float) -> str:
     return f"  why: memory verdict '{verdict}' (safety margin {margin:.0%})"
 
 
+def _ep_text(c: dict[str, Any]) -> str:
+    """Expert parallelism where the layout has it (`` ep=8``, `` ep=8 etp=2``)."""
+    ep, etp = int(c.get("ep", 1) or 1), int(c.get("etp", 1) or 1)
+    if ep == 1 and etp == 1:
+        return ""
+    return f" ep={ep}" + (f" etp={etp}" if etp > 1 else "")
+
+
+def _recompute_text(c: dict[str, Any]) -> str:
+    """The recompute setting as it is launched: partial full recompute names its layers per
+    chunk, selective recompute its modules when they are not the default core attention."""
+    r = c["recompute"]
+    n = int(c.get("recompute_num_layers", 0) or 0)
+    if r == "full" and n > 0:
+        return f"full (block, {n} layers per chunk)"
+    mods = c.get("recompute_modules", "core_attn")
+    if r == "selective" and mods not in (None, "core_attn"):
+        return f"selective ({mods})"
+    return str(r)
+
+
 def render_recommendation(doc: dict[str, Any]) -> str:
     i = doc["recommended"]
     rec = doc["pareto_front"][i]
     c, m = rec["config"], rec["metrics"]
     limit = doc["inputs"]["memory_limit_bytes"]
-    lines = [f"Recommended: #{i}  tp={c['tp']} pp={c['pp']}{_cp_text(c)} dp={c['dp']} "
-             f"micro-batch={c['micro_batch_size']} {_schedule(c)} recompute={c['recompute']} "
+    lines = [f"Recommended: #{i}  tp={c['tp']} pp={c['pp']}{_cp_text(c)}{_ep_text(c)} "
+             f"dp={c['dp']} micro-batch={c['micro_batch_size']} {_schedule(c)} "
+             f"recompute={_recompute_text(c)} "
              f"SP={'on' if c['sequence_parallel'] else 'off'} ZeRO={c['zero_stage']} "
              f"{c['precision']} NCCL={_nccl(c)}",
              _why_memory(doc, m, limit)

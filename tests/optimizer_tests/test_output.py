@@ -90,3 +90,18 @@ def test_no_color_wins_over_force_color(monkeypatch):
     assert rc == 0, err
     assert not ANSI.search(out)
     assert "Recommended" in out
+
+
+def test_recommendation_line_names_expert_parallelism_and_partial_recompute():
+    from optimizer.output.report import _ep_text, _recompute_text
+
+    assert _ep_text({"ep": 8, "etp": 1}) == " ep=8"
+    assert _ep_text({"ep": 8, "etp": 2}) == " ep=8 etp=2"
+    assert _ep_text({"tp": 4}) == ""
+    assert _recompute_text({"recompute": "full", "recompute_num_layers": 8}) == \
+        "full (block, 8 layers per chunk)"
+    assert _recompute_text({"recompute": "full", "recompute_num_layers": 0}) == "full"
+    assert _recompute_text({"recompute": "selective", "recompute_modules": "mlp"}) == \
+        "selective (mlp)"
+    assert _recompute_text({"recompute": "selective", "recompute_modules": "core_attn"}) == \
+        "selective"
