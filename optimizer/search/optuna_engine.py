@@ -446,6 +446,7 @@ def _run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: s
         if polish else []
     polished = set(final)  # in their canonical order at the end, whichever worker added them
     unique = [r for r in _study_rows(study, enc) if r not in polished]
+    in_budget = len(unique)  # the counted search's configurations come first
     unique += [r for r in final if np.isfinite(scored.values(r)[1])]
     scored.add(problem, valid, [r for r in unique if r not in scored.position])
     if unique:
@@ -464,7 +465,8 @@ def _run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: s
             "storage": st.redact(storage) if storage is not None else None,
             "optuna_version": optuna.__version__, "sampler_settings": settings,
             "sampler_seed": sampler_seed, "resumed": joined,
-            "finished_trials": st.count_finished(study), "final_polish_configs": len(final)}
+            "finished_trials": st.count_finished(study), "final_polish_configs": len(final),
+            "search_configs": in_budget}
     return SearchOutcome(batch, scores, len(unique), int(valid_count), sampler, info)
 
 
