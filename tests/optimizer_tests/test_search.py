@@ -180,6 +180,38 @@ def test_repeated_configurations_are_not_rescored(p65, monkeypatch, memstore):
         assert tuple(t.values) == by_row[enc.decode(t.params)]
 
 
+def test_polish_rounds_are_small_and_the_in_budget_configurations_come_first(p65, monkeypatch,
+                                                                           memstore):
+    """The polish asks at most POLISH_BATCH trials a round whatever batch_size (more rounds
+    for the local search); search_info.search_configs counts the configurations of the
+    counted search, which lead the outcome, the final polish's follow."""
+    problem, ctx, sp, valid = p65
+    asked: list[int] = []
+    real = osr.polish_candidates
+
+    def spy(enc, scored, limit, k, exclude=frozenset()):
+        asked.append(k)
+        return real(enc, scored, limit, k, exclude)
+
+    monkeypatch.setattr(osr, "polish_candidates", spy)
+    out = _run(problem, ctx, sp, valid, trials=120, batch_size=32, storage="q.journal",
+               study_name="q")
+    assert asked and max(asked) <= osr.POLISH_BATCH < 32
+    polish_trials = round(osr.POLISH_FRACTION["tpe"] * 120)
+    assert len(asked) >= polish_trials // osr.POLISH_BATCH
+    info = out.search_info
+    n = info["search_configs"]
+    assert 0 < n <= 120 < out.evaluated  # the final polish added configurations
+    assert out.evaluated - n <= info["final_polish_configs"]
+    enc = osr.Encoding.build(valid, sp)
+    searched = osr._study_rows(_load(memstore, "q"), enc)
+    tried = {enc.decode(t.params) for t in _load(memstore, "q").get_trials()
+             if t.user_attrs.get("origin") != osr.FINAL_POLISH}
+    first = [c.as_dict() for c in out.batch.take(np.arange(n)).configs()]
+    assert first == [c.as_dict() for c in valid.take(np.array(
+        [r for r in searched if r in tried], dtype=np.int64)).configs()]
+
+
 def test_constraints_are_set_on_every_told_trial(p65, memstore):
     problem, ctx, sp, valid = p65
     _run(problem, ctx, sp, valid, trials=40, storage="k.journal", study_name="k")
@@ -224,8 +256,10 @@ def test_front_is_exact_over_everything_the_search_scored(p65):
                                    out.batch.recompute, out.batch.sequence_parallel,
                                    out.batch.zero_stage, out.batch.schedule,
                                    out.batch.virtual_stages, out.batch.stage_plan,
-                                   out.batch.recompute_num_layers,
-                                   out.batch.recompute_modules]), axis=1).T) == len(out.batch)
+                                   out.batch.recompute_num_layers, out.batch.recompute_modules,
+                                   out.batch.cp, out.batch.precision_aware_optimizer,
+                                   out.batch.cpu_offloading_num_layers]), axis=1).T
+               ) == len(out.batch)
     front = feasible[pareto_mask(s.tokens_per_s[feasible], s.peak_memory_bytes[feasible])]
     for i in feasible:  # every feasible scored point is weakly dominated by the front
         assert ((s.tokens_per_s[front] >= s.tokens_per_s[i])
