@@ -13,7 +13,7 @@ balanced stage plans differ).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 
 import numpy as np
@@ -74,10 +74,9 @@ def _combos() -> tuple[Combo, ...]:
 COMBOS = _combos()
 # every searched column (a pair must differ in its one dimension alone: the default space's
 # partial recompute and stage plans, issue 21, would otherwise pair unlike rows)
-COLS = ("tp", "pp", "dp", "micro_batch_size", "precision", "recompute", "sequence_parallel",
-        "zero_stage", "schedule", "virtual_stages", "nccl_algo", "nccl_proto", "cp",
-        "cp_comm_type", "stage_plan", "recompute_num_layers", "precision_aware_optimizer",
-        "cpu_offloading_num_layers", "ep", "etp")
+# every configuration column (a dimension added later joins the key by itself: a key that
+# missed recompute_modules paired configurations that differed in it)
+COLS = tuple(f.name for f in fields(ConfigBatch) if not f.name.endswith("_table"))
 
 
 @dataclass(frozen=True)
