@@ -224,6 +224,12 @@ def _zero3_padding_bytes(v: Valid, j: int) -> float:
 @given(pair("tp"))
 def test_weight_memory_never_grows_with_tp(drawn):
     v, (j, j2) = drawn  # j2: tp doubled, dp halved
+    # a balanced stage plan is balanced on the scored times, which tp moves: a layer that
+    # moves onto the largest stage is not TP's weight memory (gpt-1.7b pp2 balanced, ZeRO-3:
+    # 13/11 at tp 1, 12/12 at tp 2)
+    c = v.combo
+    assume(plan_of(c.model, c.cluster, c.training, v.batch.config(j))
+           == plan_of(c.model, c.cluster, c.training, v.batch.config(j2)))
     w = _score(v, [j, j2]).memory_breakdown_bytes["weights"]
     assert w[1] <= w[0] * (1 + 1e-12) + _zero3_padding_bytes(v, j), (_cfg(v, j), w)
 
