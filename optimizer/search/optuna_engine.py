@@ -852,20 +852,17 @@ def polish_candidates(enc: Encoding, scored: _Scored, limit: float, k: int,
     was the 16th neighbour of the point spanning the gap, never reached, and TPE-300 kept
     0.975 of the exact hypervolume. Deterministic.
     """
-    from optimizer.search.pareto import hypervolume_2d, pareto_mask
+    from optimizer.search.pareto import hypervolume_2d
 
     if k <= 0 or not scored.rows:
         return []
     tps = np.asarray(scored.tokens)
     mem = np.asarray(scored.peaks)
-    ok = mem <= limit
+    front, feasible = _front_of(tps, mem, limit)
     ref = limit
-    feasible = bool(ok.any())
     if not feasible:
-        ok = np.isfinite(mem)
-        ref = float(mem[ok].max()) * 1.01 if ok.any() else limit
-    idx = np.flatnonzero(ok)
-    front = idx[pareto_mask(tps[idx], mem[idx])]
+        finite = mem[np.isfinite(mem)]
+        ref = float(finite.max()) * 1.01 if len(finite) else limit
     total = hypervolume_2d(tps[front], mem[front], ref)
     gain = [total - hypervolume_2d(np.delete(tps[front], j), np.delete(mem[front], j), ref)
             for j in range(len(front))]
@@ -972,18 +969,25 @@ FINAL_POLISH = "final-polish"
 FINAL_POLISH_CHUNK = 4  # trials added between two reads (other workers' are skipped)
 
 
+def _front_of(tps: np.ndarray, mem: np.ndarray, limit: float) -> tuple[np.ndarray, bool]:
+    """Indexes (ascending) of the front the polish works from: that of the points within
+    ``limit``, else of all finite ones; and whether any point is within ``limit``."""
+    from optimizer.search.pareto import pareto_mask
+
+    ok = mem <= limit
+    feasible = bool(ok.any())
+    if not feasible:
+        ok = np.isfinite(mem)
+    idx = np.flatnonzero(ok)
+    return (idx[pareto_mask(tps[idx], mem[idx])] if len(idx) else idx), feasible
+
+
 def _front_rows(members: Sequence[int], cache: _Scored, limit: float) -> list[int]:
     """The rows of ``members`` on the front of :func:`polish_candidates` (that of the
     feasible ones, else of all finite ones), in ``members``' order."""
-    from optimizer.search.pareto import pareto_mask
-
     vals = np.array([cache.values(r) for r in members], dtype=float).reshape(-1, 2)
-    tps, mem = vals[:, 0], vals[:, 1]
-    ok = mem <= limit
-    if not ok.any():
-        ok = np.isfinite(mem)
-    idx = np.flatnonzero(ok)
-    return [members[int(j)] for j in idx[pareto_mask(tps[idx], mem[idx])]] if len(idx) else []
+    front, _ = _front_of(vals[:, 0], vals[:, 1], limit)
+    return [members[int(j)] for j in front]
 
 
 def final_polish_rows(enc: Encoding, problem, limit: float, known: Sequence[int],
