@@ -91,11 +91,8 @@ def completions(entry) -> tuple[list[dict], str]:
 
     Completable: the micro-batch unstated (``micro_batch`` absent or "not stated", the only
     entry of ``layout_missing``), and torchtitan's "Interleaved 1F1B" with no virtual-stage
-    count (vpp 2-8; the rules keep those its pipeline split admits). The stale "ZeRO-3/FSDP
-    with pp > 1" skip of ``map_entry`` (issue 21 models FSDP with pipelines; the default space
-    searches it) is passed by mapping the entry at ZeRO 0 and restoring the stated stage
-    (:func:`production_runs`). :func:`resolve_completion` picks the candidate the run is held
-    to.
+    count (vpp 2-8; the rules keep those its pipeline split admits).
+    :func:`resolve_completion` picks the candidate the run is held to.
     """
     par = dict(entry.get("parallel") or {})
     missing = [str(m) for m in entry.get("layout_missing") or []]
@@ -123,18 +120,6 @@ def completions(entry) -> tuple[list[dict], str]:
                         "layout_missing": []})
     what = "micro-batch" + (" and virtual stages" if interleaved else "")
     return out, what
-
-
-def _map(entry):
-    """map_entry, past its stale ZeRO-3-with-pp skip (see :func:`completions`)."""
-    try:
-        return map_entry(entry)
-    except SkipEntry as s:
-        if "ZeRO-3/FSDP with pp > 1" not in str(s):
-            raise
-    par = entry["parallel"]
-    r = map_entry({**entry, "parallel": {**par, "zero_stage": 0, "fsdp": "not stated"}})
-    return replace(r, parallel=replace(r.parallel, zero_stage=3))
 
 
 def resolve_completion(runs):
@@ -169,7 +154,7 @@ def production_runs(groups=GROUPS, only: str | None = None):
         if only and only not in str(e.get("id")):
             continue
         try:
-            runs.append(_map(e))
+            runs.append(map_entry(e))
             continue
         except SkipEntry as s:
             reason = str(s)
@@ -177,7 +162,7 @@ def production_runs(groups=GROUPS, only: str | None = None):
         mapped = []
         for c in candidates:
             try:
-                mapped.append(_map(c))
+                mapped.append(map_entry(c))
             except SkipEntry as s:
                 reason = f"{reason}; completed: {s}"
         if not mapped:

@@ -46,7 +46,7 @@ def test_unstated_interleaving_gets_virtual_stage_candidates(bench):
 
 
 def test_completed_runs_are_mapped_and_fit(bench):
-    # the torchtitan 405B rows: FSDP x TP x PP (ZeRO-3 with pp, past map_entry's stale skip)
+    # the torchtitan 405B rows: FSDP x TP x PP (ZeRO-3 with pp)
     runs, skipped, completed = bench.production_runs(("torchtitan_llama3_h100_2412",),
                                                      "405b_512gpu_1f1b")
     assert not skipped and [r.id for r in runs] == ["torchtitan_2412_llama31_405b_512gpu_1f1b"]
