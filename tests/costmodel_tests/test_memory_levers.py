@@ -20,6 +20,12 @@ def _phases(pr, **kw):
                       ConfigBatch.from_configs([ParallelConfig(**kw)]))
 
 
+@pytest.fixture(scope="module")
+def llama70b():
+    return resolve_problem(model="70b", gpus=64, gpu="h100-sxm-80gb", seq_length=4096,
+                           global_batch_size=128)
+
+
 BASE = dict(tp=4, pp=4, dp=4, micro_batch_size=1, precision="bf16", sequence_parallel=True,
             zero_stage=1)
 

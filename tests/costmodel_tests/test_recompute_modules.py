@@ -21,6 +21,12 @@ def _phases(pr, **kw):
 
 
 @pytest.fixture(scope="module")
+def llama70b():
+    return resolve_problem(model="70b", gpus=64, gpu="h100-sxm-80gb", seq_length=4096,
+                           global_batch_size=128)
+
+
+@pytest.fixture(scope="module")
 def qwen3_moe():
     return resolve_problem(model="qwen3-30b-a3b", gpus=16, gpu="h100-sxm-80gb",
                            seq_length=4096, global_batch_size=128)
