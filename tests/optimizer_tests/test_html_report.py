@@ -5,6 +5,7 @@ console errors, and the click-to-select breakdown working."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -115,7 +116,10 @@ def test_renders_in_headless_chromium_without_console_errors(which, tmp_path, fr
                                                              plan_pages):
     browser = _browser()
     if browser is None:
-        pytest.skip("no Chromium/Chrome on PATH (apt-get install -y chromium)")
+        reason = "no Chromium/Chrome on PATH (apt-get install -y chromium)"
+        if os.environ.get("PARAPLAN_REQUIRE_CHROMIUM") == "1":  # set by .ci/run
+            pytest.fail(f"PARAPLAN_REQUIRE_CHROMIUM=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
     page = tmp_path / "page.html"
     if which == "front":
         page.write_text(render_html(front_doc))
