@@ -48,6 +48,7 @@ from optimizer.storage.backends import (
     open_storage,
     quiet_optuna,
 )
+from optimizer.storage.liveness import server_alive
 from optimizer.storage.workers import owner_alive
 
 WORKER_ATTR = "worker"
@@ -186,12 +187,22 @@ def fail_dead_trials(study, kind: str, *, at_startup: bool, own: Iterable[int] =
     def age(t) -> float:
         return (now - t.datetime_start).total_seconds() if t.datetime_start else 0.0
 
+    seen: dict[str, bool | None] = {}  # owner tag -> liveness, one check per owner
+
+    def liveness(owner: str) -> bool | None:
+        if owner not in seen:
+            alive = owner_alive(owner)
+            if alive is None and kind == "rdb":  # another host: ask the server (PostgreSQL)
+                alive = server_alive(study._storage, owner)
+            seen[owner] = alive
+        return seen[owner]
+
     dead = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if t._trial_id in own:
             continue
         owner = t.user_attrs.get(WORKER_ATTR)
-        alive = owner_alive(owner) if isinstance(owner, str) else None
+        alive = liveness(owner) if isinstance(owner, str) else None
         old = (t.datetime_start is not None
                and (now - t.datetime_start).total_seconds() > OWNER_UNSEEN_S)
         if alive is False:

@@ -38,6 +38,10 @@ def host_name() -> str:
     return os.environ.get(TEST_HOST_ENV) or socket.gethostname()
 
 
+#: Suffix of a tag's run part when its search holds a server-side liveness lock
+#: (:mod:`optimizer.storage.liveness`); the run token is the part before it.
+LOCK_MARK = "/pg"
+
 _ACTIVE_RUNS: set[str] = set()  # run tokens of the searches running in this process
 
 
@@ -103,5 +107,5 @@ def owner_alive(owner: str) -> bool | None:
         return None
     alive = process_alive(host, pid, start)
     if alive and pid == os.getpid():
-        return run in _ACTIVE_RUNS  # this process: alive while that search runs
+        return run.removesuffix(LOCK_MARK) in _ACTIVE_RUNS  # this process: alive while that search runs
     return alive
