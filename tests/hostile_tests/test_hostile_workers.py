@@ -316,6 +316,14 @@ def test_liveness_is_nothing_for_storages_without_a_server():
     assert liveness.lock_key("h:1:2:r") == liveness.lock_key("h:1:2:r")
     assert liveness.lock_key("h:1:2:r") != liveness.lock_key("h:1:2:s")
     assert -(2 ** 63) <= liveness.lock_key("h:1:2:r") < 2 ** 63
+    from optimizer.storage.workers import owner_alive
+
+    token = st.begin_run()  # this process's own tag with the lock mark: its run decides
+    try:
+        assert owner_alive(st.worker_id(token) + st.LOCK_MARK) is True
+    finally:
+        st.end_run(token)
+    assert owner_alive(st.worker_id(token) + st.LOCK_MARK) is False
 
 
 def test_final_polish_does_not_depend_on_how_the_trials_were_split():
