@@ -8,7 +8,12 @@ B. The shipped GPT-3 175B study (200 TPE trials): ``--workers`` processes sharin
    one process with the same budget: the recommended configuration's tokens/s, FAIL trials.
 C. One of ``--workers`` workers killed with SIGKILL while it holds RUNNING trials: how long
    those trials stay RUNNING after the kill (the longest the others can wait on them; the
-   criterion is the heartbeat interval, 5 s), and the wall time against an undisturbed run.
+   criterion is the heartbeat interval, 5 s), the longest time after the kill in which no
+   other worker started a trial (how long the others waited), and the wall time against an
+   undisturbed run. ``--other-host`` starts the victim with ``PARAPLAN_TEST_HOSTNAME`` set (the
+   test hook of optimizer.storage.workers): its tags name another host, so the others' pid
+   checks cannot see it and only the storage server (or Optuna's heartbeat) tells them it
+   died. ``--reps`` repeats the killed run; ``--skip-calm`` skips the undisturbed one.
 Prints one JSON document with the figures.
 """
 
@@ -29,8 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 MAIN = "import sys; from optimizer.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
-def _start(argv):
+def _start(argv, host=None):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if host:
+        env["PARAPLAN_TEST_HOSTNAME"] = host
     return subprocess.Popen([sys.executable, "-c", MAIN, *argv], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -101,7 +108,7 @@ def part_b(pg, n):
             "shared_over_single": ratio}
 
 
-def part_c(pg, n):
+def part_c(pg, n, *, other_host=False, reps=1, calm_run=True):
     """kill -9 one of ``n`` workers while it holds RUNNING trials; how long its trials stay
     RUNNING after the kill (the longest any other worker can wait on them: a worker waits only
     while the budget or the in-flight cap is held, and it fails dead trials every POLL_S while
@@ -115,7 +122,8 @@ def part_c(pg, n):
         argv = ["--model", "7b", "--gpus", "16", "--sampler", "tpe", "--trials", "120",
                 "--batch-size", "16", "--storage", pg, "--study-name", name, "-q"]
         t0 = time.time()
-        procs = [_start(argv) for _ in range(n)]
+        procs = [_start(argv, "elsewhere.test" if kill and other_host and i == 0 else None)
+                 for i in range(n)]
         killed_at = held = None
         if kill:  # once the victim holds RUNNING trials, mid-search: kill it
             mark = f":{procs[0].pid}:"
@@ -140,17 +148,31 @@ def part_c(pg, n):
                      and f":{procs[0].pid}:" in str(t.user_attrs.get("worker", ""))]
             waits = [(t.datetime_complete - killed_at).total_seconds() for t in fails
                      if t.datetime_complete is not None and killed_at is not None]
-            out.update(victim_running_at_kill=held, victim_trials_failed=len(fails),
+            victim = f":{procs[0].pid}:"
+            starts = sorted(t.datetime_start for t in _trials(pg, name)
+                            if t.datetime_start is not None and killed_at is not None
+                            and t.datetime_start > killed_at
+                            and victim not in str(t.user_attrs.get("worker", "")))
+            gaps = [(b - a).total_seconds()
+                    for a, b in zip([killed_at, *starts], starts, strict=False)]
+            out.update(victim_running_at_kill=held, other_host=other_host,
+                       max_others_idle_after_kill_s=round(max(gaps), 2) if gaps else None,
+                       victim_trials_failed=len(fails),
                        kill_to_fail_s=[round(w, 2) for w in sorted(waits)],
                        max_kill_to_fail_s=round(max(waits), 2) if waits else None,
                        heartbeat_interval_s=HEARTBEAT_INTERVAL_S,
                        within_interval=bool(waits) and max(waits) <= HEARTBEAT_INTERVAL_S)
         return out
 
-    calm = run(False)
-    killed = run(True)
-    return {"workers": n, "undisturbed": calm, "one_killed": killed,
-            "extra_wall_s": round(killed["wall_s"] - calm["wall_s"], 1)}
+    calm = run(False) if calm_run else None
+    killed = [run(True) for _ in range(reps)]
+    out = {"workers": n, "undisturbed": calm, "one_killed": killed,
+           "max_kill_to_fail_s": [k.get("max_kill_to_fail_s") for k in killed],
+           "max_others_idle_after_kill_s": [k.get("max_others_idle_after_kill_s")
+                                            for k in killed]}
+    if calm:
+        out["extra_wall_s"] = [round(k["wall_s"] - calm["wall_s"], 1) for k in killed]
+    return out
 
 
 def main() -> int:
@@ -160,6 +182,10 @@ def main() -> int:
         "PARAPLAN_TEST_POSTGRES", "postgresql+psycopg2://postgres@127.0.0.1:5432/test"))
     ap.add_argument("--skip-gpt3", action="store_true")
     ap.add_argument("--only", default="ABC", help="parts to run, e.g. B")
+    ap.add_argument("--other-host", action="store_true",
+                    help="part C: the killed worker's tags name another host (test hook)")
+    ap.add_argument("--reps", type=int, default=1, help="part C: killed runs")
+    ap.add_argument("--skip-calm", action="store_true", help="part C: no undisturbed run")
     args = ap.parse_args()
     out = {}
     if "A" in args.only:
@@ -169,7 +195,8 @@ def main() -> int:
         out["B_gpt3_study"] = part_b(args.pg, args.workers)
         print(json.dumps(out["B_gpt3_study"], indent=1), file=sys.stderr)
     if "C" in args.only:
-        out["C_killed_worker"] = part_c(args.pg, args.workers)
+        out["C_killed_worker"] = part_c(args.pg, args.workers, other_host=args.other_host,
+                                      reps=args.reps, calm_run=not args.skip_calm)
     print(json.dumps(out, indent=1))
     return 0
 

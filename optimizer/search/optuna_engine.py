@@ -449,17 +449,25 @@ def _run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: s
     scored = _Scored.empty()
     scored.add(problem, valid, _study_rows(study, enc))  # a resumed or shared study
     token = st.begin_run()
+    me = st.worker_id(token)
     bar = _Progress(progress, trials, "trials")
+    holder = None
     try:
+        # the server-side liveness of this search (PostgreSQL): its tags say they hold it
+        holder = st.hold_liveness(store, me)
+        if holder is not None:
+            me += st.LOCK_MARK
         _loop(study, enc, problem, scored, kind=kind, trials=min(trials, int(valid_count)),
-              batch_size=batch_size, limit=limit, me=st.worker_id(token), bar=bar,
+              batch_size=batch_size, limit=limit, me=me, bar=bar,
               polish=polish, reseed=reseed, fill_seed=lambda: sampler_seed)
     finally:
         bar.close()
         st.end_run(token)
+        if holder is not None:
+            holder.close()
 
     # the union of every configuration the study scored (this run, earlier runs, other workers)
-    final = final_polish(study, enc, problem, limit, scored, me=st.worker_id(token)) \
+    final = final_polish(study, enc, problem, limit, scored, me=me) \
         if polish else []
     polished = set(final)  # in their canonical order at the end, whichever worker added them
     unique = [r for r in _study_rows(study, enc) if r not in polished]

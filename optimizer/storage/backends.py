@@ -5,8 +5,10 @@
 - ``None``: :class:`optuna.storages.InMemoryStorage` (one process, nothing persisted);
 - ``sqlite:///x.db``, ``postgresql[+driver]://...``, ``mysql[+driver]://...`` (any SQLAlchemy
   URL of those dialects): :class:`optuna.storages.RDBStorage` with heartbeats
-  (``heartbeat_interval=5`` s, ``grace_period=15`` s, beaten by a thread), so trials of a killed worker are
-  failed by the others (:func:`optuna.storages.fail_stale_trials`);
+  (``heartbeat_interval=5`` s, ``grace_period=15`` s, beaten by a thread), so trials of a
+  killed worker are failed by the others (:func:`optuna.storages.fail_stale_trials`); on
+  PostgreSQL a search's liveness is also kept by the server, seen at once
+  (:mod:`optimizer.storage.liveness`);
 - ``redis://...`` / ``rediss://...``: ``JournalStorage(JournalRedisBackend(url))`` (a
   ``redis://`` string passed straight to Optuna raises, ecosystem.md 1.7);
 - anything else: a journal file path, ``JournalStorage(JournalFileBackend(path))``; parent

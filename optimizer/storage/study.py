@@ -17,9 +17,15 @@ RUNNING trials nobody will ever finish:
   pids are checked), several machines must not (use an RDB; ecosystem.md 1.7/1.8). Should a
   trial still be failed under its owner (e.g. one starved past the grace), that worker drops
   it and asks again (optuna_search._loop);
-- RDB storages: trials of other hosts are left to Optuna's heartbeat; an owner on this host
-  that is a zombie counts as dead; a dead owner on this host is seen at once (its pid), so a
-  worker waiting on a killed one's trials waits one poll (0.5 s);
+- RDB storages: an owner on this host that is a zombie counts as dead; a dead owner on this
+  host is seen at once (its pid), so a worker waiting on a killed one's trials waits one poll
+  (0.5 s). PostgreSQL: an owner on another host whose tag ends with ``/pg`` holds a session
+  advisory lock for its search (:mod:`optimizer.storage.liveness`); once the lock is free
+  (the server ended its session: the process died) its trials are failed, also at start-up,
+  so a worker killed on any host is seen within one poll. Other trials of other hosts
+  (MySQL, older tags, a host that lost power: a half-open session keeps the lock until its
+  keepalive fails, <= 25 s) are left to Optuna's heartbeat (grace 15 s), which always runs
+  first: a lock seen held never spares a trial whose heartbeat stopped;
 - while a worker waits for others, any RUNNING trial older than the grace period whose owner
   cannot be seen alive is failed (so a lost worker never blocks the others for ever).
 
@@ -48,6 +54,7 @@ from optimizer.storage.backends import (
     open_storage,
     quiet_optuna,
 )
+from optimizer.storage.liveness import server_alive
 from optimizer.storage.workers import owner_alive
 
 WORKER_ATTR = "worker"
@@ -186,12 +193,22 @@ def fail_dead_trials(study, kind: str, *, at_startup: bool, own: Iterable[int] =
     def age(t) -> float:
         return (now - t.datetime_start).total_seconds() if t.datetime_start else 0.0
 
+    seen: dict[str, bool | None] = {}  # owner tag -> liveness, one check per owner
+
+    def liveness(owner: str) -> bool | None:
+        if owner not in seen:
+            alive = owner_alive(owner)
+            if alive is None and kind == "rdb":  # another host: ask the server (PostgreSQL)
+                alive = server_alive(study._storage, owner)
+            seen[owner] = alive
+        return seen[owner]
+
     dead = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if t._trial_id in own:
             continue
         owner = t.user_attrs.get(WORKER_ATTR)
-        alive = owner_alive(owner) if isinstance(owner, str) else None
+        alive = liveness(owner) if isinstance(owner, str) else None
         old = (t.datetime_start is not None
                and (now - t.datetime_start).total_seconds() > OWNER_UNSEEN_S)
         if alive is False:

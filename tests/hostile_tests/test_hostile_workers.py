@@ -221,6 +221,111 @@ def test_killed_worker_on_another_host_stalls_others_only_the_grace_period(monke
                for u in ts) == 6
 
 
+#: A worker on "another host" (the PARAPLAN_TEST_HOSTNAME test hook of storage.workers, so
+#: the pid checks of this host cannot see it): it asks one trial of study argv[1], holds its
+#: server-side liveness lock as a search does, tags the trial, beats, and waits to be killed
+_REMOTE = """
+import sys, time
+from optimizer import storage as st
+import optuna, warnings
+warnings.simplefilter("ignore")
+store = st.open_storage(sys.argv[2])
+study = optuna.load_study(study_name=sys.argv[1], storage=store)
+token = st.begin_run()
+me = st.worker_id(token)
+holder = st.hold_liveness(store, me)
+assert holder is not None
+trial = study.ask()
+trial.set_user_attr(st.WORKER_ATTR, me + st.LOCK_MARK)
+print(trial.number, me, flush=True)
+while True:
+    st.record_heartbeat(study, trial)
+    time.sleep(1)
+"""
+
+
+@needs_pg
+def test_killed_worker_on_another_host_is_seen_dead_at_once_and_a_live_one_is_not():
+    """A worker on another host holds a PostgreSQL advisory lock for its search
+    (storage.liveness): while it lives, a worker waiting on its RUNNING trial leaves it alone
+    (the heartbeat grace is the shipped 15 s, the lock says alive); once it is killed with
+    SIGKILL, the server releases the lock and the waiting worker fails its trial within the
+    heartbeat interval (5 s), far inside the 15 s grace period the heartbeat alone needed."""
+    import datetime as dt
+    import signal
+
+    from optimizer import storage as st
+
+    assert st.GRACE_PERIOD_S > st.HEARTBEAT_INTERVAL_S
+    name = f"remote-lock-{uuid.uuid4().hex[:8]}"
+    _empty_study(name)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PARAPLAN_TEST_HOSTNAME": "elsewhere.test"}
+    remote = subprocess.Popen([sys.executable, "-c", _REMOTE, name, PG_URL], env=env,
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    worker = None
+    try:
+        number_text, tag = remote.stdout.readline().split()
+        assert tag.startswith("elsewhere.test:")  # the hook: pid checks here cannot see it
+        number = int(number_text)
+        worker = _worker(["--model", "7b", "--gpus", "8", "--sampler", "random", "--trials",
+                          "6", "--batch-size", "6", "--storage", PG_URL, "--study-name",
+                          name, "-q"])
+        deadline = time.monotonic() + 60
+
+        def trials_of():
+            return {t.number: t for t in _trials(name)}
+
+        while time.monotonic() < deadline:  # the worker scores its 5 and waits on the 6th
+            ts = trials_of()
+            if sum(t.state.name == "COMPLETE" for t in ts.values()) >= 5:
+                break
+            assert worker.poll() is None, worker.communicate()
+            time.sleep(0.2)
+        time.sleep(3 * 0.5 + SEE_S)  # the waiting worker polls every 0.5 s meanwhile
+        assert trials_of()[number].state.name == "RUNNING"  # alive: not failed
+        assert worker.poll() is None  # and still waiting for it
+        remote.send_signal(signal.SIGKILL)
+        remote.wait()
+        killed_at = dt.datetime.now()
+        out, err = worker.communicate(timeout=60)
+        assert worker.returncode == 0, err
+        t = trials_of()[number]
+        assert t.state.name == "FAIL"
+        stall_s = (t.datetime_complete - killed_at).total_seconds()
+        assert stall_s < st.HEARTBEAT_INTERVAL_S, stall_s
+        ts = trials_of().values()
+        assert sum(u.state.name == "RUNNING" for u in ts) == 0
+        assert sum(u.state.name == "COMPLETE" and u.user_attrs.get("counted", True)
+                   for u in ts) == 6
+    finally:
+        for p in (remote, worker):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
+def test_liveness_is_nothing_for_storages_without_a_server():
+    """SQLite, journal and in-memory storages hold no liveness connection, and no tag is
+    judged by one there (the pid checks and the heartbeat stay the rules)."""
+    from optimizer import storage as st
+    from optimizer.storage import liveness
+
+    assert st.hold_liveness(st.open_storage(None), "h:1:2:r") is None
+    assert liveness.server_alive(st.open_storage(None), "h:1:2:r" + st.LOCK_MARK) is None
+    assert liveness.lock_key("h:1:2:r") == liveness.lock_key("h:1:2:r")
+    assert liveness.lock_key("h:1:2:r") != liveness.lock_key("h:1:2:s")
+    assert -(2 ** 63) <= liveness.lock_key("h:1:2:r") < 2 ** 63
+    from optimizer.storage.workers import owner_alive
+
+    token = st.begin_run()  # this process's own tag with the lock mark: its run decides
+    try:
+        assert owner_alive(st.worker_id(token) + st.LOCK_MARK) is True
+    finally:
+        st.end_run(token)
+    assert owner_alive(st.worker_id(token) + st.LOCK_MARK) is False
+
+
 def test_final_polish_does_not_depend_on_how_the_trials_were_split():
     """The final polish (optuna_engine.final_polish_rows) is a pure function of the study's
     trials that stops only at a local optimum: every one-parameter neighbour of every point of
