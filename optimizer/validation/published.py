@@ -172,6 +172,7 @@ import numpy as np
 
 from costmodel.errors import InputError
 from costmodel.specs import (
+    RECOMPUTE_MODULES,
     ClusterSpec,
     InterNodeSpec,
     MLASpec,
@@ -868,6 +869,26 @@ def recompute_of(par: Mapping[str, Any], model: Mapping[str, Any], *, nemo: bool
     return parse_recompute(text)
 
 
+def recompute_modules_of(par: Mapping[str, Any], recompute: str) -> str:
+    """ParallelConfig.recompute_modules of an entry: ``recipe_hint.recompute_modules``
+    (Megatron-Core ``--recompute-modules``; TransformerConfig.recompute_modules replaces the
+    default ``["core_attn"]``, so a list without it does not recompute the attention core)
+    joined with "+" where the cost model has that set (costmodel.specs.RECOMPUTE_MODULES:
+    core_attn, mlp, layernorm, moe_act). A set naming a module the cost model does not
+    price (``mla_up_proj``, ``moe``, ``shared_experts``, ...) keeps the nearest, the
+    attention core (``core_attn``), as every selective entry was scored before the modules
+    existed. ``core_attn`` where recompute is not selective or the hint names none."""
+    mods = _hint(par).get("recompute_modules")
+    if recompute != "selective" or not mods:
+        return "core_attn"
+    names = [mods] if isinstance(mods, str) else [str(x) for x in mods]
+    names = [n.strip().lower() for n in names if str(n).strip()]
+    for cand in RECOMPUTE_MODULES:
+        if sorted(cand.split("+")) == sorted(set(names)):
+            return cand
+    return "core_attn"
+
+
 def recompute_layers_of(par: Mapping[str, Any], recompute: str, layers: int, chunks: int) -> int:
     """ParallelConfig.recompute_num_layers of an entry with ``recompute`` full whose layers
     are split in ``chunks`` model chunks (pp x vpp): 0 = every layer. Megatron-Core
@@ -1257,6 +1278,7 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             cp_comm_type=cp_comm_type_of(group, par) if cp > 1 else "p2p",
                             micro_batch_size=mbs, precision=precision,
                             recompute=recompute, sequence_parallel=bool(sp) and tp > 1,
+                            recompute_modules=recompute_modules_of(par, recompute),
                             recompute_num_layers=recompute_layers, zero_stage=zero,
                             cpu_offloading_num_layers=offload,
                             schedule="interleaved" if vpp > 1 else "1f1b",
