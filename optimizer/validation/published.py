@@ -43,7 +43,8 @@ Mapping (``../shared/validation/README.md``, followed exactly)
   vpp > 1 -> interleaved with vpp virtual stages, else 1F1B; recompute = first word (absent
   or "not stated" -> full; torchtitan's "selective (layer)" -> full recompute of every
   second block, its "selective (op)" -> its op-level SAC); ``recipe_hint`` first
-  (``recompute_modules`` -> selective, the model's nearest; a recompute method / layer count
+  (``recompute_modules`` -> selective with that module set where the cost model prices it,
+  ``recompute_modules_of``, else the attention core, the nearest; a recompute method / layer count
   -> full on that many layers per model chunk, ``recompute_layers_of``; an offload count ->
   ``cpu_offloading_num_layers``); ZeRO from zero_stage (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2, absent or
   "not stated" = 0); sequence_parallel as given (absent = off, except torchtitan, whose TP
@@ -850,7 +851,7 @@ def recompute_of(par: Mapping[str, Any], model: Mapping[str, Any], *, nemo: bool
     if granularity in ("full", "selective"):
         return granularity
     if hint.get("recompute_modules"):
-        return "selective"  # named modules: the model's selective (attention core) is nearest
+        return "selective"  # named modules: recompute_modules_of maps the set
     if hint.get("recompute_num_layers") or str(hint.get("recompute_method", "")).strip():
         return "full"  # Megatron-Core's method / layer count belong to full granularity
     text = par.get("recompute")
