@@ -1305,6 +1305,8 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             moe_load_imbalance=1.0 if moe is not None and nemo else None,
                             moe_cuda_graph=moe is not None and moe_graphed(par),
                             moe_attention_graphed=moe is not None and moe_attention_graphed(par),
+                            fp8_dot_product_attention=bool(_hint(par).get(
+                                "fp8_dot_product_attention")) and precision == "fp8",
                             moe_dispatcher=moe_dispatcher_of(par) if moe is not None
                             else "alltoall")
 

@@ -542,3 +542,15 @@ def test_gpt_oss_named_modules_recompute_the_norm_and_expert_activation(data_dir
     assert set(rc) == {"norm.rc_module", "moe_act.rc_module"} and min(rc.values()) > 0
     assert [o.name for o in core.ops if o.pass_ == "recompute"] == ["attn.recompute"]
     assert named.metrics["peak_memory_bytes"] < core.metrics["peak_memory_bytes"]
+
+
+def test_fp8_dot_product_attention_follows_the_recipe_hint():
+    """recipe_hint.fp8_dot_product_attention (the 26.06 MoE recipes) turns on the FP8
+    attention core for fp8 rows; a bf16 row or a row without the hint keeps it in 16 bits."""
+    hint = {**BRIDGE_ROW["parallel"]["recipe_hint"], "fp8_dot_product_attention": True}
+    on = v.map_entry(_with(BRIDGE_ROW, parallel={"recipe_hint": hint}))
+    assert on.training.fp8_dot_product_attention is True
+    assert v.map_entry(BRIDGE_ROW).training.fp8_dot_product_attention is False
+    bf16 = v.map_entry(_with(BRIDGE_ROW, parallel={"recipe_hint": hint, "precision_norm": "bf16",
+                                                   "precision": "BF16"}))
+    assert bf16.training.fp8_dot_product_attention is False
