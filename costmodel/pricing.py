@@ -79,7 +79,9 @@ def device_for(gpu, eff: Efficiency, precision: np.ndarray, recipe: str = "delay
     ``eff.nvfp4_gemm_scale``) on GPUs that have one, the fp8 recipes at the fp8 peak (x
     ``eff.fp8_gemm_scale``, and for MXFP8 x ``eff.mxfp8_gemm_scale``). ``fp8_attention``
     (TrainingSpec.fp8_dot_product_attention): where the precision is fp8 the fused attention
-    core's forward runs :data:`FP8_ATTENTION_FORWARD_SPEEDUP` faster."""
+    core's forward runs :data:`FP8_ATTENTION_FORWARD_SPEEDUP` faster, except with the
+    blockwise recipe (TE's FP8 attention is FusedAttention only and not with blockwise
+    scaling: modern-training.md 5.2)."""
     peaks = peaks_by_precision(gpu)
     fp8 = precision == PRECISIONS.index("fp8")
     peak = peaks[precision]
@@ -98,7 +100,8 @@ def device_for(gpu, eff: Efficiency, precision: np.ndarray, recipe: str = "delay
                   gemm_bytes=GEMM_BYTES[precision], act_bytes=ACT_BYTES[precision], fp8=fp8,
                   tensor_cores=precision != PRECISIONS.index("fp32"), sm_count=gpu.sm_count,
                   cast_scale=FP8_RECIPES[recipe] / FP8_RECIPES["delayed"],
-                  attention_forward_speedup=np.where(fp8 & bool(fp8_attention),
+                  attention_forward_speedup=np.where(fp8 & bool(fp8_attention)
+                                                     & (recipe != "blockwise"),
                                                      FP8_ATTENTION_FORWARD_SPEEDUP, 1.0))
 
 

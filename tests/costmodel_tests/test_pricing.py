@@ -70,6 +70,9 @@ def test_fp8_dot_product_attention_speeds_up_the_fp8_attention_forward_only():
                                                  / FP8_ATTENTION_FORWARD_SPEEDUP, rel=1e-12)
     np.testing.assert_allclose(fast["attn.bwd"], plain["attn.bwd"], rtol=1e-12)
     np.testing.assert_array_equal(fast["head"], plain["head"])
+    blockwise = price(kerns, device_for(GPU, EFF, PREC, "blockwise", fp8_attention=True))
+    np.testing.assert_array_equal(blockwise["attn"], price(
+        kerns, device_for(GPU, EFF, PREC, "blockwise"))["attn"])  # TE: not with blockwise
 
 
 def test_mxfp8_linears_run_at_their_share_of_the_fp8_rate():
