@@ -658,7 +658,8 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
     """Build, price and combine the layer's op tables for every configuration of ``batch``
     (one representative per distinct layer shape: :func:`costmodel.model.run_phases`)."""
     rc = batch.recompute
-    dev = device_for(gpu, eff, batch.precision, training.fp8_recipe)
+    dev = device_for(gpu, eff, batch.precision, training.fp8_recipe,
+                     training.fp8_dot_product_attention)
     sh = shard_of(model, training, batch, comm.system.gpus_per_node)
     fallback = softmax_falls_back(fw, model, training, batch.precision, sh.heads_local)
     tables = layer_tables(model, training, fw, dev, sh, rc, fallback, batch)

@@ -24,6 +24,15 @@ from costmodel.specs import PRECISIONS
 
 GEMM, ATTENTION, MEMORY, COLLECTIVE, P2P = "gemm", "attention", "memory", "collective", "p2p"
 ALLTOALL = "alltoall"
+#: forward throughput of an FP8 fused attention kernel over the 16-bit one:
+#: FlashAttention-3 on H100 SXM5 reaches "close to 1.2 PFLOPs/s in FP8" against "up to 740
+#: TFLOPs/s" in FP16 (Shah et al. 2024, arXiv:2407.08608, abstract; modern-training.md
+#: 7.1): 1200 / 740. Applied to the attention core's forward (and its recomputed forward)
+#: where the linears run in fp8 and the recipe asks for FP8 dot-product attention
+#: (Transformer Engine ``fp8_dpa``, ``TrainingSpec.fp8_dot_product_attention``); its
+#: backward keeps the 16-bit kernel's time (the paper has no FP8 backward figure). The
+#: Hopper ratio is used for every GPU (no Blackwell figure at hand).
+FP8_ATTENTION_FORWARD_SPEEDUP = 1200.0 / 740.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,8 @@ class Device:
     sm_count: int
     # the fp8 recipe's cast traffic / delayed scaling's (calibration.FP8_RECIPES)
     cast_scale: float = 1.0
+    # the fused attention core's forward speed-up (FP8 dot-product attention; 1 elsewhere)
+    attention_forward_speedup: np.ndarray | float = 1.0
 
     def memop(self, nbytes, kernels=1.0) -> np.ndarray:
         """A memory-bound pass of ``nbytes`` HBM bytes in ``kernels`` launches."""
@@ -61,12 +72,16 @@ def peaks_by_precision(gpu) -> np.ndarray:
     return np.array([gpu.peak_flops_per_s.get(pr, np.nan) for pr in PRECISIONS])
 
 
-def device_for(gpu, eff: Efficiency, precision: np.ndarray, recipe: str = "delayed"
-               ) -> Device:
+def device_for(gpu, eff: Efficiency, precision: np.ndarray, recipe: str = "delayed",
+               fp8_attention: bool = False) -> Device:
     """The device as ``precision`` sees it; where that is fp8, ``recipe`` (TrainingSpec.
     fp8_recipe) sets the linears' peak and cast traffic: NVFP4 runs them at the FP4 peak (x
     ``eff.nvfp4_gemm_scale``) on GPUs that have one, the fp8 recipes at the fp8 peak (x
-    ``eff.fp8_gemm_scale``, and for MXFP8 x ``eff.mxfp8_gemm_scale``)."""
+    ``eff.fp8_gemm_scale``, and for MXFP8 x ``eff.mxfp8_gemm_scale``). ``fp8_attention``
+    (TrainingSpec.fp8_dot_product_attention): where the precision is fp8 the fused attention
+    core's forward runs :data:`FP8_ATTENTION_FORWARD_SPEEDUP` faster, except with the
+    blockwise recipe (TE's FP8 attention is FusedAttention only and not with blockwise
+    scaling: modern-training.md 5.2)."""
     peaks = peaks_by_precision(gpu)
     fp8 = precision == PRECISIONS.index("fp8")
     peak = peaks[precision]
@@ -84,7 +99,10 @@ def device_for(gpu, eff: Efficiency, precision: np.ndarray, recipe: str = "delay
                   memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
                   gemm_bytes=GEMM_BYTES[precision], act_bytes=ACT_BYTES[precision], fp8=fp8,
                   tensor_cores=precision != PRECISIONS.index("fp32"), sm_count=gpu.sm_count,
-                  cast_scale=FP8_RECIPES[recipe] / FP8_RECIPES["delayed"])
+                  cast_scale=FP8_RECIPES[recipe] / FP8_RECIPES["delayed"],
+                  attention_forward_speedup=np.where(fp8 & bool(fp8_attention)
+                                                     & (recipe != "blockwise"),
+                                                     FP8_ATTENTION_FORWARD_SPEEDUP, 1.0))
 
 
 class Kernel(NamedTuple):
@@ -152,11 +170,13 @@ def price(kernels: Sequence[Kernel], dev: Device, comm=None,
             if kern.backward_of is not None:
                 # FlashAttention's backward: 2.5x the forward's FLOPs at the backward
                 # kernel's own efficiency, one launch
+                # (of the 16-bit forward: an FP8 forward leaves the backward's time)
                 ko = dev.eff.kernel_overhead_s
-                t = (2.5 * (times[kern.backward_of] - ko) * dev.eff.attention
-                     / dev.eff.attention_backward + ko)
+                fwd16 = (times[kern.backward_of] - ko) * dev.attention_forward_speedup
+                t = 2.5 * fwd16 * dev.eff.attention / dev.eff.attention_backward + ko
             else:
-                t = (kern.flops / (dev.eff.attention * dev.attention_peak_flops_per_s)
+                t = (kern.flops / (dev.eff.attention * dev.attention_peak_flops_per_s
+                                   * dev.attention_forward_speedup)
                      + dev.eff.kernel_overhead_s)
         elif kern.kind == MEMORY:
             t = dev.memop(kern.nbytes, kern.kernels)

@@ -801,6 +801,10 @@ class TrainingSpec:
     # --cuda-graph-impl transformer_engine/local with scope attn): its launches leave the MoE
     # layer's host time (costmodel.moe.moe_host_launch_s)
     moe_attention_graphed: bool = False
+    # Transformer Engine's FP8 dot-product attention (``fp8_dpa``; Megatron-Bridge recipes'
+    # ``fp8_dot_product_attention``): with fp8 linears the fused attention core runs in fp8
+    # too (costmodel.pricing.FP8_ATTENTION_FORWARD_SPEEDUP); else it stays in 16 bits
+    fp8_dot_product_attention: bool = False
     # MoE token dispatcher: alltoall (Megatron's default) | flex (DeepEP / HybridEP: a token
     # crosses to each remote host once, forwarded over NVLink there)
     moe_dispatcher: str = "alltoall"
@@ -826,7 +830,8 @@ class TrainingSpec:
              _int("training", "global_batch_size", self.global_batch_size))
         for name in ("flash_attention", "overlap_grad_reduce", "dropout", "tp_comm_overlap",
                      "overlap_p2p_comm", "fp8_param_gather", "grad_reduce_in_bf16",
-                     "moe_cuda_graph", "moe_attention_graphed", "expandable_segments"):
+                     "moe_cuda_graph", "moe_attention_graphed", "expandable_segments",
+                     "fp8_dot_product_attention"):
             _set(self, name, _bool("training", name, getattr(self, name)))
         if self.torch_compile is not None:
             _set(self, "torch_compile", _bool("training", "torch_compile", self.torch_compile))

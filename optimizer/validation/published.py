@@ -43,7 +43,8 @@ Mapping (``../shared/validation/README.md``, followed exactly)
   vpp > 1 -> interleaved with vpp virtual stages, else 1F1B; recompute = first word (absent
   or "not stated" -> full; torchtitan's "selective (layer)" -> full recompute of every
   second block, its "selective (op)" -> its op-level SAC); ``recipe_hint`` first
-  (``recompute_modules`` -> selective, the model's nearest; a recompute method / layer count
+  (``recompute_modules`` -> selective with that module set where the cost model prices it,
+  ``recompute_modules_of``, else the attention core, the nearest; a recompute method / layer count
   -> full on that many layers per model chunk, ``recompute_layers_of``; an offload count ->
   ``cpu_offloading_num_layers``); ZeRO from zero_stage (FSDP FULL_SHARD = 3, SHARD_GRAD_OP = 2, absent or
   "not stated" = 0); sequence_parallel as given (absent = off, except torchtitan, whose TP
@@ -172,6 +173,7 @@ import numpy as np
 
 from costmodel.errors import InputError
 from costmodel.specs import (
+    RECOMPUTE_MODULES,
     ClusterSpec,
     InterNodeSpec,
     MLASpec,
@@ -849,7 +851,7 @@ def recompute_of(par: Mapping[str, Any], model: Mapping[str, Any], *, nemo: bool
     if granularity in ("full", "selective"):
         return granularity
     if hint.get("recompute_modules"):
-        return "selective"  # named modules: the model's selective (attention core) is nearest
+        return "selective"  # named modules: recompute_modules_of maps the set
     if hint.get("recompute_num_layers") or str(hint.get("recompute_method", "")).strip():
         return "full"  # Megatron-Core's method / layer count belong to full granularity
     text = par.get("recompute")
@@ -866,6 +868,26 @@ def recompute_of(par: Mapping[str, Any], model: Mapping[str, Any], *, nemo: bool
     if _not_stated(text) and text is not None:
         return "full"  # "not stated" is absent: full (README)
     return parse_recompute(text)
+
+
+def recompute_modules_of(par: Mapping[str, Any], recompute: str) -> str:
+    """ParallelConfig.recompute_modules of an entry: ``recipe_hint.recompute_modules``
+    (Megatron-Core ``--recompute-modules``; TransformerConfig.recompute_modules replaces the
+    default ``["core_attn"]``, so a list without it does not recompute the attention core)
+    joined with "+" where the cost model has that set (costmodel.specs.RECOMPUTE_MODULES:
+    core_attn, mlp, layernorm, moe_act). A set naming a module the cost model does not
+    price (``mla_up_proj``, ``moe``, ``shared_experts``, ...) keeps the nearest, the
+    attention core (``core_attn``), as every selective entry was scored before the modules
+    existed. ``core_attn`` where recompute is not selective or the hint names none."""
+    mods = _hint(par).get("recompute_modules")
+    if recompute != "selective" or not mods:
+        return "core_attn"
+    names = [mods] if isinstance(mods, str) else [str(x) for x in mods]
+    names = [n.strip().lower() for n in names if str(n).strip()]
+    for cand in RECOMPUTE_MODULES:
+        if sorted(cand.split("+")) == sorted(set(names)):
+            return cand
+    return "core_attn"
 
 
 def recompute_layers_of(par: Mapping[str, Any], recompute: str, layers: int, chunks: int) -> int:
@@ -1257,6 +1279,7 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             cp_comm_type=cp_comm_type_of(group, par) if cp > 1 else "p2p",
                             micro_batch_size=mbs, precision=precision,
                             recompute=recompute, sequence_parallel=bool(sp) and tp > 1,
+                            recompute_modules=recompute_modules_of(par, recompute),
                             recompute_num_layers=recompute_layers, zero_stage=zero,
                             cpu_offloading_num_layers=offload,
                             schedule="interleaved" if vpp > 1 else "1f1b",
@@ -1282,6 +1305,8 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             moe_load_imbalance=1.0 if moe is not None and nemo else None,
                             moe_cuda_graph=moe is not None and moe_graphed(par),
                             moe_attention_graphed=moe is not None and moe_attention_graphed(par),
+                            fp8_dot_product_attention=bool(_hint(par).get(
+                                "fp8_dot_product_attention")) and precision == "fp8",
                             moe_dispatcher=moe_dispatcher_of(par) if moe is not None
                             else "alltoall")
 

@@ -52,6 +52,29 @@ def test_price_gemm_memory_attention_and_masks():
     assert t["attn.bwd"][0] == pytest.approx(2.5 * (t["attn"][0] - ko) + ko, rel=1e-12)
 
 
+def test_fp8_dot_product_attention_speeds_up_the_fp8_attention_forward_only():
+    """TE's FP8 dot-product attention (TrainingSpec.fp8_dot_product_attention): the fused
+    attention core's forward runs FP8_ATTENTION_FORWARD_SPEEDUP faster where the precision
+    is fp8, its backward keeps the 16-bit kernel's time; bf16 configurations and the other
+    16-bit GEMMs (the head's) do not move."""
+    from costmodel.pricing import FP8_ATTENTION_FORWARD_SPEEDUP
+
+    kerns = (Kernel("head", GEMM, 4096.0, 32000.0, 4096.0, peak="attention"),
+             Kernel("attn", ATTENTION, flops=np.array([1e12, 1e12])),
+             Kernel("attn.bwd", ATTENTION, backward_of="attn"))
+    plain = price(kerns, device_for(GPU, EFF, PREC))
+    fast = price(kerns, device_for(GPU, EFF, PREC, fp8_attention=True))
+    ko = EFF.kernel_overhead_s
+    assert fast["attn"][0] == plain["attn"][0]  # bf16: no FP8 attention
+    assert fast["attn"][1] - ko == pytest.approx((plain["attn"][1] - ko)
+                                                 / FP8_ATTENTION_FORWARD_SPEEDUP, rel=1e-12)
+    np.testing.assert_allclose(fast["attn.bwd"], plain["attn.bwd"], rtol=1e-12)
+    np.testing.assert_array_equal(fast["head"], plain["head"])
+    blockwise = price(kerns, device_for(GPU, EFF, PREC, "blockwise", fp8_attention=True))
+    np.testing.assert_array_equal(blockwise["attn"], price(
+        kerns, device_for(GPU, EFF, PREC, "blockwise"))["attn"])  # TE: not with blockwise
+
+
 def test_mxfp8_linears_run_at_their_share_of_the_fp8_rate():
     """Blackwell's MXFP8 linears: mxfp8_gemm_scale x the per-tensor fp8 rate; bf16 and the
     attention peak do not move; Hopper's factor is 1."""

@@ -123,6 +123,31 @@ def _partial(**fields):
     return v.map_entry(_with(BRIDGE_ROW, parallel={"recipe_hint": hint, "vpp": 1})).parallel
 
 
+@pytest.mark.parametrize(("modules", "expected"), [
+    (["mlp"], "mlp"),                       # DeepSeek-V3 26.04: the dense layers' MLP only
+    (["layernorm", "moe_act"], "layernorm+moe_act"),   # GPT-OSS-120B recipes
+    (["moe_act", "layernorm"], "layernorm+moe_act"),   # order does not matter
+    (["core_attn", "mlp"], "core_attn+mlp"),
+    (["core_attn"], "core_attn"),
+    (["mla_up_proj"], "core_attn"),         # not priced yet: the nearest, as before
+    (["mla_up_proj", "mlp"], "core_attn"),
+])
+def test_named_recompute_modules_are_mapped(modules, expected):
+    """recipe_hint.recompute_modules replaces Megatron-Core's default ["core_attn"]
+    (TransformerConfig.recompute_modules): a set the cost model prices is mapped as named,
+    not as the attention core."""
+    hint = {**BRIDGE_ROW["parallel"]["recipe_hint"], "recompute_modules": modules}
+    p = v.map_entry(_with(BRIDGE_ROW, parallel={"recipe_hint": hint})).parallel
+    assert (p.recompute, p.recompute_modules) == ("selective", expected)
+
+
+def test_recompute_modules_only_with_selective_recompute():
+    hint = {**BRIDGE_ROW["parallel"]["recipe_hint"], "recompute_modules": ["mlp"],
+            "recompute_granularity": "full"}
+    p = v.map_entry(_with(BRIDGE_ROW, parallel={"recipe_hint": hint})).parallel
+    assert (p.recompute, p.recompute_modules) == ("full", "core_attn")
+
+
 def test_partial_recompute_is_mapped():
     """Issue 21: a partial recompute is scored, not skipped. BRIDGE_ROW: 80 layers on pp 8,
     10 per stage. Block recomputes N layers of every chunk; uniform, or a block count at or
@@ -497,3 +522,35 @@ def test_mlperf_nvidia_rows_use_the_distributed_optimizer_where_not_stated():
                parallel={"framework": "PyTorch NVIDIA Release 25.09"})
     run = v.map_entry(nv)
     assert run.parallel.zero_stage == 1 and run.parallel.recompute == "full"  # only ZeRO
+
+
+def test_gpt_oss_named_modules_recompute_the_norm_and_expert_activation(data_dir):
+    """The GPT-OSS-120B rows (recompute_modules layernorm + moe_act) re-run the pre-MLP norm
+    and the experts' activation in the backward, not the attention core; they store less
+    than the attention-core checkpoint would (the norm's output and each routed copy's FC2
+    input freed outweigh the attention core's intermediates kept)."""
+    from costmodel.trace import trace
+
+    entries, _ = v.load_data(data_dir)
+    runs = v.collect_runs(entries).runs
+    run = next(r for r in runs if r.id == "mbridge_26p04_gb200_gpt_oss_120b_bf16_64gpu")
+    assert run.parallel.recompute_modules == "layernorm+moe_act"
+    named = trace(run.model, run.cluster, run.training, run.parallel)
+    core = trace(run.model, run.cluster, run.training,
+                 replace(run.parallel, recompute_modules="core_attn"))
+    rc = {o.name: o.time_s for o in named.ops if o.pass_ == "recompute"}
+    assert set(rc) == {"norm.rc_module", "moe_act.rc_module"} and min(rc.values()) > 0
+    assert [o.name for o in core.ops if o.pass_ == "recompute"] == ["attn.recompute"]
+    assert named.metrics["peak_memory_bytes"] < core.metrics["peak_memory_bytes"]
+
+
+def test_fp8_dot_product_attention_follows_the_recipe_hint():
+    """recipe_hint.fp8_dot_product_attention (the 26.06 MoE recipes) turns on the FP8
+    attention core for fp8 rows; a bf16 row or a row without the hint keeps it in 16 bits."""
+    hint = {**BRIDGE_ROW["parallel"]["recipe_hint"], "fp8_dot_product_attention": True}
+    on = v.map_entry(_with(BRIDGE_ROW, parallel={"recipe_hint": hint}))
+    assert on.training.fp8_dot_product_attention is True
+    assert v.map_entry(BRIDGE_ROW).training.fp8_dot_product_attention is False
+    bf16 = v.map_entry(_with(BRIDGE_ROW, parallel={"recipe_hint": hint, "precision_norm": "bf16",
+                                                   "precision": "BF16"}))
+    assert bf16.training.fp8_dot_product_attention is False
