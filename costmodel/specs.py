@@ -845,6 +845,12 @@ class TrainingSpec:
                              f"is a Megatron-Core or torchtitan feature; framework is "
                              f"{self.framework!r}",
                              "set framework: megatron or torchtitan, or tp_comm_overlap: false")
+        if self.tp_comm_overlap and self.framework == "torchtitan" and \
+                self.torch_compile is False:
+            # torchtitan's CompileConfig refuses async TP without compiling the model
+            raise InputError("training.tp_comm_overlap",
+                             "torchtitan's async TP needs torch.compile; torch_compile is false",
+                             "set torch_compile: true or tp_comm_overlap: false")
 
     @property
     def tokens_per_step(self) -> int:

@@ -400,9 +400,10 @@ def torchtitan_async_tp(group: str, par: Mapping[str, Any], tp: int) -> bool:
     if given is not None:
         return given
     text = " ".join(str(par.get(k) or "") for k in ("precision", "framework", "overlap"))
+    compiled = _bool_field(par.get("torch_compile"))
     if re.search(r"async\s*-?\s*tp", text, re.IGNORECASE):
-        return True
-    return _bool_field(par.get("torch_compile")) is True
+        return compiled is not False  # async TP needs compile (torchtitan's CompileConfig)
+    return compiled is True
 
 
 # torchtitan's layer-level selective checkpointing wraps every ac_freq-th block in a full
