@@ -54,6 +54,11 @@ IB_LATENCY_S = 5.0e-6
 # RoCE stack. Calibrate against nccl-tests on the real cluster.
 ROCE_LATENCY_S = 7.0e-6
 
+# H100 with 96 GB of HBM2e (Meta's Grand Teton parts): six HBM2e stacks at the H100 PCIe's
+# HBM2e rate (five stacks, 2,000 GB/s, its datasheet), derived in the catalog entry below
+H100_PCIE_HBM2E_BYTES_PER_S = 2000e9
+H100_HBM2E_96GB_BYTES_PER_S = H100_PCIE_HBM2E_BYTES_PER_S * 6 / 5
+
 _NV_A100 = "https://www.nvidia.com/en-us/data-center/a100/ (A100 datasheet)"
 _NV_H100 = "https://www.nvidia.com/en-us/data-center/h100/ (H100 datasheet)"
 
@@ -152,13 +157,16 @@ _GPUS: dict[str, GPUSpec] = {
             # publishes no datasheet for it. The source puts the true peak "between SXM and
             # NVL" (NVL: 835 bf16 dense), unknown: the SXM peaks are kept (torchtitan computes
             # its MFU with them; a derated peak leaves torchtitan's long-sequence CP rows on
-            # these GPUs further off). HBM bandwidth unknown: SXM's kept. Memory: 95830 MiB,
-            # the driver total of NVIDIA's 94 GB parts (H100 NVL), assumed.
+            # these GPUs further off). Memory: 95830 MiB, the driver total of NVIDIA's 94 GB
+            # parts (H100 NVL), assumed. HBM bandwidth (derived, not fitted): 96 GB of HBM2e
+            # is six 16 GB stacks, where the 80 GB parts enable five; at the HBM2e pin rate of
+            # the H100 PCIe (80 GB HBM2e on five stacks, 2,000 GB/s; ecosystem.md section 5)
+            # six stacks give 6/5 x 2,000 = 2,400 GB/s, not the 3,350 GB/s of the SXM's HBM3.
             name="h100-sxm-96gb-hbm2e",
             peak_flops_per_s={"fp32": 66.9e12, "tf32": 494.7e12,
                               "fp16": 989.4e12, "bf16": 989.4e12, "fp8": 1978.9e12},
             memory_bytes=95830 * MIB,
-            memory_bandwidth_bytes_per_s=3350e9,
+            memory_bandwidth_bytes_per_s=H100_HBM2E_96GB_BYTES_PER_S,
             nvlink_bandwidth_bytes_per_s=450e9,
             nvlink_links=18,
             sm_count=132,
@@ -166,7 +174,8 @@ _GPUS: dict[str, GPUSpec] = {
             pcie_bandwidth_bytes_per_s=PCIE_GEN5_X16_BYTES_PER_S,
             source="torchtitan benchmarks/llama3_h100_202412_torchtitan.md and docs/"
             "performance.md (2024): 'H100 SXM 96GB HBM2e, 500 W power limit', 'lower TDP, "
-            "actual peak between SXM and NVL'; peaks as h100-sxm-80gb (assumed), "
+            "actual peak between SXM and NVL'; peaks as h100-sxm-80gb (assumed), HBM "
+            "bandwidth 6/5 of the H100 PCIe's HBM2e 2,000 GB/s (six stacks; derived), "
             f"{_NV_H100} NVL column for the 94 GB memory total (assumed), {ACCESSED}",
         ),
         GPUSpec(
@@ -174,7 +183,7 @@ _GPUS: dict[str, GPUSpec] = {
             peak_flops_per_s={"fp32": 51.2e12, "tf32": 378.0e12,
                               "fp16": 756.0e12, "bf16": 756.0e12, "fp8": 1513.0e12},
             memory_bytes=81559 * MIB,  # nvidia-smi total (80 GB HBM3 / HBM2e)
-            memory_bandwidth_bytes_per_s=2000e9,
+            memory_bandwidth_bytes_per_s=H100_PCIE_HBM2E_BYTES_PER_S,
             nvlink_bandwidth_bytes_per_s=0.0,  # bridge pairs only, see a100-pcie-80gb
             nvlink_links=0,
             sm_count=114,

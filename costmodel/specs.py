@@ -176,6 +176,12 @@ INTER_FABRICS: tuple[str, ...] = ("infiniband", "roce", "ethernet", "none")
 # Megatron-LM / Megatron-Core, Megatron-DeepSpeed (DeepSpeed pipeline engine and ZeRO), FSDP
 # (llm-foundry), torchtitan (FSDP2 with its op-level selective activation checkpointing).
 FRAMEWORKS: tuple[str, ...] = ("megatron", "deepspeed", "fsdp", "torchtitan")
+# frameworks that pipeline their TP collectives with the GEMMs they feed (tp_comm_overlap):
+# Megatron-Core's --tp-comm-overlap (Transformer Engine userbuffers) and torchtitan's async TP
+# (compile.enable_async_tensor_parallel: Inductor's micro-pipeline TP pass splits each
+# all-gather -> matmul and matmul -> reduce-scatter over SymmetricMemory copy-engine p2p;
+# torchtitan 0.3.0 config_registry.llama3_405b enables it with compile)
+TP_COMM_OVERLAP_FRAMEWORKS: tuple[str, ...] = ("megatron", "torchtitan")
 FP8_RECIPE_NAMES: tuple[str, ...] = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4")
 
 
@@ -769,7 +775,8 @@ class TrainingSpec:
     dropout: bool = False  # dropout masks in activation memory (Korthikanti et al. assume them)
     framework: str = "megatron"  # megatron | deepspeed | fsdp | torchtitan: host overheads, buffers
     # Megatron-Core --tp-comm-overlap: TP all-gathers / reduce-scatters (sequence parallel
-    # only) pipelined with the GEMMs next to them (Transformer Engine userbuffers)
+    # only) pipelined with the GEMMs next to them (Transformer Engine userbuffers); torchtitan:
+    # its async TP, the same pipelining (TP_COMM_OVERLAP_FRAMEWORKS)
     tp_comm_overlap: bool = False
     # Transformer Engine / torchao recipe of fp8 linears (read where precision is fp8):
     # delayed | tensorwise | blockwise | mxfp8 | nvfp4 (calibration.FP8_RECIPES)
@@ -838,10 +845,17 @@ class TrainingSpec:
         _set(self, "framework", _choice("training", "framework", self.framework, FRAMEWORKS))
         _set(self, "fp8_recipe", _choice("training", "fp8_recipe", self.fp8_recipe,
                                          FP8_RECIPE_NAMES))
-        if self.tp_comm_overlap and self.framework != "megatron":
+        if self.tp_comm_overlap and self.framework not in TP_COMM_OVERLAP_FRAMEWORKS:
             raise InputError("training.tp_comm_overlap",
-                             f"is a Megatron-Core feature; framework is {self.framework!r}",
-                             "set framework: megatron or tp_comm_overlap: false")
+                             f"is a Megatron-Core or torchtitan feature; framework is "
+                             f"{self.framework!r}",
+                             "set framework: megatron or torchtitan, or tp_comm_overlap: false")
+        if self.tp_comm_overlap and self.framework == "torchtitan" and \
+                self.torch_compile is False:
+            # torchtitan's CompileConfig refuses async TP without compiling the model
+            raise InputError("training.tp_comm_overlap",
+                             "torchtitan's async TP needs torch.compile; torch_compile is false",
+                             "set torch_compile: true or tp_comm_overlap: false")
 
     @property
     def tokens_per_step(self) -> int:

@@ -341,3 +341,15 @@ def test_list_models_rows():
     assert catalog_params(get_model("gpt3-175b")) == get_model("gpt3-175b").total_params(2048)
     for r in rows:
         assert get_model(r[0]).source
+
+
+def test_h100_96gb_hbm2e_has_hbm2e_bandwidth_of_six_stacks():
+    """Meta's 96 GB HBM2e H100 SXM: six HBM2e stacks at the H100 PCIe's HBM2e rate (five
+    stacks, 2,000 GB/s), below the HBM3 80 GB SXM's 3,350 GB/s; Tensor-Core peaks as SXM."""
+    hbm2e = get_gpu("h100-sxm-96gb-hbm2e")
+    sxm = get_gpu("h100-sxm-80gb")
+    pcie = get_gpu("h100-pcie-80gb")
+    assert hbm2e.memory_bandwidth_bytes_per_s == pytest.approx(
+        pcie.memory_bandwidth_bytes_per_s * 6 / 5)
+    assert hbm2e.memory_bandwidth_bytes_per_s < sxm.memory_bandwidth_bytes_per_s
+    assert hbm2e.peak_flops_per_s == sxm.peak_flops_per_s

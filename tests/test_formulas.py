@@ -211,13 +211,18 @@ def test_tp_comm_overlap_hides_sequence_parallel_collectives_only():
     assert over.peak_memory_bytes[0] == plain.peak_memory_bytes[0]
 
 
-def test_tp_comm_overlap_is_megatron_only():
+def test_tp_comm_overlap_is_megatron_or_torchtitan_only():
     from costmodel.errors import InputError
     from costmodel.specs import TrainingSpec
 
-    with pytest.raises(InputError) as e:
-        TrainingSpec(framework="deepspeed", tp_comm_overlap=True)
-    assert e.value.field == "training.tp_comm_overlap"
+    for framework in ("deepspeed", "fsdp"):
+        with pytest.raises(InputError) as e:
+            TrainingSpec(framework=framework, tp_comm_overlap=True)
+        assert e.value.field == "training.tp_comm_overlap"
+    # torchtitan's async TP (compile.enable_async_tensor_parallel), which needs compile
+    assert TrainingSpec(framework="torchtitan", tp_comm_overlap=True).tp_comm_overlap
+    with pytest.raises(InputError):
+        TrainingSpec(framework="torchtitan", tp_comm_overlap=True, torch_compile=False)
 
 
 @pytest.mark.parametrize("tp, gpus", [(2, 8), (8, 8), (16, 32), (32, 64)])

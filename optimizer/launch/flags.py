@@ -650,6 +650,8 @@ def torchtitan_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     if config.tp > 1:
         a.append("--parallelism.enable_sequence_parallel" if config.sequence_parallel
                  else "--parallelism.no_enable_sequence_parallel")
+        if training.tp_comm_overlap:  # async TP (CompileConfig: it needs the compiled model)
+            a += ["--compile.enable", "--compile.enable_async_tensor_parallel"]
     if config.pp > 1:
         per_stage, first_less, last_less = _torchtitan_split(model, config, training, cluster)
         # torchtitan has no single-stage ZB-H1: 1F1B (launch_warnings says so)

@@ -387,6 +387,27 @@ def runs_torchtitan(group: str, par: Mapping[str, Any]) -> bool:
         par.get("framework", "")).lower()
 
 
+def torchtitan_async_tp(group: str, par: Mapping[str, Any], tp: int) -> bool:
+    """Whether a torchtitan entry runs async TP (``compile.enable_async_tensor_parallel``:
+    Inductor's micro-pipeline TP pass overlaps each all-gather -> matmul and matmul ->
+    reduce-scatter, scored as TrainingSpec.tp_comm_overlap). ``parallel.async_tp`` where
+    given; else where the entry's parallel text names AsyncTP; else at tp > 1 under
+    torch.compile, which async TP requires and which torchtitan's only TP recipe of the data,
+    Llama 3.1 405B, sets together with it (0.3.0 ``config_registry.llama3_405b``:
+    ``CompileConfig(enable=True, enable_async_tensor_parallel=True)``; the 2024
+    llama3_405b.toml the docs rows quote, assumed the same)."""
+    if tp <= 1 or not runs_torchtitan(group, par):
+        return False
+    given = _bool_field(par.get("async_tp"))
+    if given is not None:
+        return given
+    text = " ".join(str(par.get(k) or "") for k in ("precision", "framework", "overlap"))
+    compiled = _bool_field(par.get("torch_compile"))
+    if re.search(r"async\s*-?\s*tp", text, re.IGNORECASE):
+        return compiled is not False  # async TP needs compile (torchtitan's CompileConfig)
+    return compiled is True
+
+
 # torchtitan's layer-level selective checkpointing wraps every ac_freq-th block in a full
 # checkpoint (selective_ac_option = "2", its default, in the 2024 configs the data quote)
 TORCHTITAN_LAYER_SAC_FREQ = 2
@@ -1292,7 +1313,9 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
     training = TrainingSpec(seq_length=seq, global_batch_size=gbs,
                             flash_attention=flags.flash_attention,
                             overlap_grad_reduce=flags.overlap_grad_reduce, dropout=flags.dropout,
-                            framework=flags.framework, tp_comm_overlap=flags.tp_comm_overlap,
+                            framework=flags.framework,
+                            tp_comm_overlap=flags.tp_comm_overlap or torchtitan_async_tp(
+                                group, par, tp),
                             fp8_recipe="delayed" if vtrain else fp8_recipe_of(par),
                             overlap_p2p_comm=overlaps_p2p(entry, flags),
                             fp8_param_gather=gathers_in_fp8(group, par),

@@ -366,6 +366,18 @@ def test_torchtitan_golden_values():
     assert value(a, "--parallelism.pipeline_parallel_first_stage_less_layers") == "0"
 
 
+def test_torchtitan_async_tp_compiles_the_model():
+    """tp_comm_overlap under torchtitan is its async TP, which CompileConfig only accepts with
+    the compiled model; without it neither flag is written."""
+    c = cfg(tp=2, pp=1, dp=8, sequence_parallel=True)
+    tt = TrainingSpec(seq_length=2048, global_batch_size=1024, framework="torchtitan")
+    a = torchtitan_args(LLAMA_65B, CLUSTER, TrainingSpec(
+        seq_length=2048, global_batch_size=1024, framework="torchtitan", tp_comm_overlap=True), c)
+    assert "--compile.enable" in a and "--compile.enable_async_tensor_parallel" in a
+    plain = torchtitan_args(LLAMA_65B, CLUSTER, tt, c)
+    assert not any(x.startswith("--compile.") for x in plain)
+
+
 @pytest.mark.parametrize(("zero", "shard", "replicate"), [(0, 1, 4), (1, 1, 4), (3, 4, 1)])
 def test_torchtitan_data_parallel_degrees(zero, shard, replicate):
     a = torchtitan_args(LLAMA_65B, CLUSTER, TRAIN, cfg(tp=2, pp=2, dp=4, zero_stage=zero))

@@ -235,6 +235,43 @@ def test_torchtitan_tp_is_sequence_parallel():
     assert not v.map_entry(other).parallel.sequence_parallel
 
 
+def test_torchtitan_async_tp_is_mapped_to_tp_comm_overlap():
+    """torchtitan's async TP (compile.enable_async_tensor_parallel) is scored as the TP
+    collectives pipelined with their GEMMs: stated in the text (AsyncTP), or at tp > 1 under
+    torch.compile (its 405B recipe sets both); not without TP, not eager, not where the entry
+    says async_tp: false."""
+    tp8 = _with(TORCHTITAN_ROW, parallel={"tp": 8, "dp": 16, "global_batch": 32,
+                                          "torch_compile": True},
+                hardware={"num_gpus": 128})
+    assert v.map_entry(tp8).training.tp_comm_overlap
+    eager = _with(tp8, parallel={"torch_compile": False})
+    assert not v.map_entry(eager).training.tp_comm_overlap
+    named = _with(tp8, parallel={"precision": "Float8 + BF16 (AsyncTP)"})
+    del named["parallel"]["torch_compile"]  # not stated: AsyncTP implies compile
+    assert v.map_entry(named).training.tp_comm_overlap
+    off = _with(tp8, parallel={"async_tp": False})
+    assert not v.map_entry(off).training.tp_comm_overlap
+    no_tp = _with(TORCHTITAN_ROW, parallel={"torch_compile": True})
+    assert not v.map_entry(no_tp).training.tp_comm_overlap
+
+
+def test_torchtitan_async_tp_hides_tp_collectives():
+    """Scored with async TP a torchtitan tp-8 step is faster and needs no more memory."""
+    from costmodel.batch import ConfigBatch
+    from costmodel.model import score
+
+    tp8 = _with(TORCHTITAN_ROW, parallel={"tp": 8, "dp": 16, "global_batch": 32,
+                                          "torch_compile": True},
+                hardware={"num_gpus": 128})
+    run = v.map_entry(tp8)
+    plain = replace(run.training, tp_comm_overlap=False)
+    batch = ConfigBatch.from_configs([run.parallel])
+    over = score(run.model, run.cluster, run.training, batch)
+    base = score(run.model, run.cluster, plain, batch)
+    assert over.step_time_s[0] < 0.97 * base.step_time_s[0]
+    assert over.peak_memory_bytes[0] == base.peak_memory_bytes[0]
+
+
 def test_mlperf_row():
     run = v.map_entry(MLPERF_ROW)
     assert run.cluster.gpu.name == "mi355x"
