@@ -65,7 +65,9 @@ Mapping (``../shared/validation/README.md``, followed exactly)
 - MLPerf Training Llama 3.1 rows: their NeMo / Megatron-Core implementations have no
   recompute option, so a row that does not state it runs none (:func:`runs_mlperf_llama_impl`);
   NVIDIA's rows also run the distributed optimizer where not stated
-  (:func:`runs_nvidia_mlperf_impl`).
+  (:func:`runs_nvidia_mlperf_impl`). Where a layout inferred from the submitter's configs
+  contradicts the gradient accumulation the result log states, the log's count sets the
+  micro-batch (:func:`logged_micro_batch`).
 - Skipped, each with a reason (``--verbose`` lists them; ``skip_counts`` counts them per
   class and file): hybrid Mamba models; mixture-of-experts models (a ``model.moe`` block,
   more than one expert, ep > 1, or a Mixtral / MoE name, without a complete ``model.moe``
@@ -1012,6 +1014,22 @@ def moe_segment_domain(domain: int | None, world: int, gpus_per_node: int) -> in
     return domain
 
 
+def logged_micro_batch(par: Mapping[str, Any], gbs: int, mbs: int, dp: int) -> int:
+    """The micro-batch of an entry whose layout was inferred by matching submitter configs
+    (``layout_source`` "INFERRED") and whose result log states the gradient accumulation
+    (``grad_accum_logged``, MLPerf): where the two contradict, the log is the run's own
+    record and the micro-batch is ``global_batch / (dp x logged accumulation)``, if whole.
+    GigaComputing's MI355X Llama 3.1 8B row matches a config of micro-batch 4 but logs 2
+    accumulation steps at global batch 32 on 8 ranks (its notes: "CHECK"), i.e. micro-batch 2,
+    AMD's own MI355X setting; at 4 and without recompute it would need 292 GiB of the 288."""
+    ga = _as_int(par.get("grad_accum_logged"))
+    if ga is None or ga < 1 or "INFERRED" not in str(par.get("layout_source", "")).upper():
+        return mbs
+    if gbs == mbs * dp * ga or gbs % (dp * ga):
+        return mbs
+    return gbs // (dp * ga)
+
+
 def moe_layout_consistent(par: Mapping[str, Any], gbs: int, mbs: int, dp: int) -> None:
     """Raise :class:`SkipEntry` when a MoE table row's own gradient-accumulation column
     (``grad_accum_reported``) contradicts its layout (``global_batch / (micro_batch x dp)``):
@@ -1202,6 +1220,7 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
     else:
         mbs = _require_int(par, "micro_batch", "layout")
     gbs = _require_int(par, "global_batch", "layout")
+    mbs = logged_micro_batch(par, gbs, mbs, dp)
     vtrain = group.startswith("vtrain")
     nemo = is_nemo_table(group, par)
     moe = moe_block(model)

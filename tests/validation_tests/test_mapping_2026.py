@@ -511,3 +511,18 @@ def test_mlperf_llama_rows_without_a_recompute_field_run_none():
     assert v.map_entry(stated).parallel.recompute == "full"
     other = _with(MLPERF_ROW, group="some_other_group")
     assert v.map_entry(other).parallel.recompute == "full"
+
+
+def test_a_logged_gradient_accumulation_overrides_an_inferred_micro_batch():
+    """GigaComputing's MI355X row: config-matched micro-batch 4, log says 2 accumulation
+    steps at global batch 32 on 8 ranks -> micro-batch 2 (logged_micro_batch)."""
+    inferred = {"layout_source": "INFERRED: submitter config(s) whose ...",
+                "grad_accum_logged": 2, "micro_batch": 4}
+    assert v.map_entry(_with(MLPERF_ROW, parallel=inferred)).parallel.micro_batch_size == 2
+    # stated (not inferred) layouts, consistent logs and counts that do not divide keep theirs
+    stated = dict(inferred, layout_source="config named in the result log")
+    assert v.map_entry(_with(MLPERF_ROW, parallel=stated)).parallel.micro_batch_size == 4
+    agree = dict(inferred, grad_accum_logged=1.0)
+    assert v.map_entry(_with(MLPERF_ROW, parallel=agree)).parallel.micro_batch_size == 4
+    odd = dict(inferred, grad_accum_logged=3)
+    assert v.map_entry(_with(MLPERF_ROW, parallel=odd)).parallel.micro_batch_size == 4
