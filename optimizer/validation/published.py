@@ -63,6 +63,12 @@ Mapping (``../shared/validation/README.md``, followed exactly)
   (distributed optimizer) unless an ``fsdp`` column > 0 says Megatron-FSDP (ZeRO-3);
   precision "not stated" -> fp8. Not modelled and only recorded: bf16 gradient reduction,
   CUDA graphs (``Run.recipe``).
+- MLPerf Training Llama 3.1 rows: their NeMo / Megatron-Core implementations have no
+  recompute option, so a row that does not state it runs none (:func:`runs_mlperf_llama_impl`);
+  NVIDIA's rows also run the distributed optimizer where not stated
+  (:func:`runs_nvidia_mlperf_impl`). Where a layout inferred from the submitter's configs
+  contradicts the gradient accumulation the result log states, the log's count sets the
+  micro-batch (:func:`logged_micro_batch`).
 - Skipped, each with a reason (``--verbose`` lists them; ``skip_counts`` counts them per
   class and file): hybrid Mamba models; mixture-of-experts models (a ``model.moe`` block,
   more than one expert, ep > 1, or a Mixtral / MoE name, without a complete ``model.moe``
@@ -444,6 +450,20 @@ def runs_nvidia_mlperf_impl(group: str, gpu_text: Any) -> bool:
     a precision the entry leaves unknown keeps the README's text rule. AMD's rows (PyTorch
     on ROCm) are another implementation."""
     return group.startswith("mlperf") and "NVIDIA" in str(gpu_text).upper()
+
+
+def runs_mlperf_llama_impl(group: str, parallel: Mapping[str, Any]) -> bool:
+    """MLPerf Training Llama 3.1 rows: the benchmark's implementations are NeMo / Megatron-Core
+    ports (the MLCommons reference is NeMo; NVIDIA's DGX configs; AMD's ROCm port, which
+    GigaComputing's MI355X row ships under ``implementations/MI355X/nemo/``, its
+    ``layout_source``), and their configs have no recompute option: the NVIDIA rows state
+    "none set (no recompute option in the MLPerf NeMo implementation configs; MCore default
+    is no recompute)". A row that does not state it (AMD's) therefore runs Megatron-Core's
+    default, no recomputation, not the README's "absent means full" of older tables. Only the
+    recompute: the distributed optimizer is a config setting (``--use-distributed-optimizer``
+    is off by default in Megatron-Core), which only NVIDIA's configs are known to set
+    (:func:`runs_nvidia_mlperf_impl`)."""
+    return group.startswith("mlperf") and "llama" in group.lower()
 
 
 def is_nemo_table(group: str, parallel: Mapping[str, Any]) -> bool:
@@ -1037,6 +1057,22 @@ def moe_segment_domain(domain: int | None, world: int, gpus_per_node: int) -> in
     return domain
 
 
+def logged_micro_batch(par: Mapping[str, Any], gbs: int, mbs: int, dp: int) -> int:
+    """The micro-batch of an entry whose layout was inferred by matching submitter configs
+    (``layout_source`` "INFERRED") and whose result log states the gradient accumulation
+    (``grad_accum_logged``, MLPerf): where the two contradict, the log is the run's own
+    record and the micro-batch is ``global_batch / (dp x logged accumulation)``, if whole.
+    GigaComputing's MI355X Llama 3.1 8B row matches a config of micro-batch 4 but logs 2
+    accumulation steps at global batch 32 on 8 ranks (its notes: "CHECK"), i.e. micro-batch 2,
+    AMD's own MI355X setting; at 4 and without recompute it would need 292 GiB of the 288."""
+    ga = _as_int(par.get("grad_accum_logged"))
+    if ga is None or ga < 1 or "INFERRED" not in str(par.get("layout_source", "")).upper():
+        return mbs
+    if gbs == mbs * dp * ga or gbs % (dp * ga):
+        return mbs
+    return gbs // (dp * ga)
+
+
 def moe_layout_consistent(par: Mapping[str, Any], gbs: int, mbs: int, dp: int) -> None:
     """Raise :class:`SkipEntry` when a MoE table row's own gradient-accumulation column
     (``grad_accum_reported``) contradicts its layout (``global_batch / (micro_batch x dp)``):
@@ -1227,6 +1263,7 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
     else:
         mbs = _require_int(par, "micro_batch", "layout")
     gbs = _require_int(par, "global_batch", "layout")
+    mbs = logged_micro_batch(par, gbs, mbs, dp)
     vtrain = group.startswith("vtrain")
     nemo = is_nemo_table(group, par)
     moe = moe_block(model)
@@ -1272,7 +1309,7 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
         precision, recompute, zero, vpp = "fp16", "full", 0, 1
     else:
         precision, recipe = precision_of(par, nemo=nemo)
-        recompute = recompute_of(par, model, nemo=nemo)
+        recompute = recompute_of(par, model, nemo=nemo or runs_mlperf_llama_impl(group, par))
         zero = zero_of(par, nemo=nemo or runs_nvidia_mlperf_impl(
             group, (entry.get("hardware") or {}).get("gpu")))
     if vpp > 1 and spec.num_layers % (pp * vpp) and not _uneven_interleaves(spec, pp, vpp):

@@ -278,8 +278,9 @@ def test_mlperf_row():
     assert run.step_time_s == pytest.approx(32 / 25.0)
     assert run.step_time_source == "throughput_samples_per_s"
     p = run.parallel
-    # not an NVIDIA table: "not stated" reads as absent (full recompute, ZeRO 0)
-    assert (p.precision, p.recompute, p.zero_stage) == ("fp8", "full", 0)
+    # MLPerf's Llama 3.1 implementations have no recompute option: "not stated" is
+    # Megatron-Core's default (none); not an NVIDIA config: ZeRO "not stated" reads as absent
+    assert (p.precision, p.recompute, p.zero_stage) == ("fp8", "none", 0)
     t = v.map_entry(_with(MLPERF_ROW, measured={"iteration_time_s": 1.1}))
     assert t.step_time_s == 1.1 and t.step_time_source == "iteration_time_s"
 
@@ -558,7 +559,7 @@ def test_mlperf_nvidia_rows_use_the_distributed_optimizer_where_not_stated():
     nv = _with(MLPERF_ROW, hardware={"gpu": "NVIDIA B200"},
                parallel={"framework": "PyTorch NVIDIA Release 25.09"})
     run = v.map_entry(nv)
-    assert run.parallel.zero_stage == 1 and run.parallel.recompute == "full"  # only ZeRO
+    assert run.parallel.zero_stage == 1 and run.parallel.recompute == "none"
 
 
 def test_gpt_oss_named_modules_recompute_the_norm_and_expert_activation(data_dir):
@@ -591,3 +592,31 @@ def test_fp8_dot_product_attention_follows_the_recipe_hint():
     bf16 = v.map_entry(_with(BRIDGE_ROW, parallel={"recipe_hint": hint, "precision_norm": "bf16",
                                                    "precision": "BF16"}))
     assert bf16.training.fp8_dot_product_attention is False
+
+
+def test_mlperf_llama_rows_without_a_recompute_field_run_none():
+    """The benchmark's NeMo / Megatron-Core implementations have no recompute option
+    (runs_mlperf_llama_impl); a stated recompute still wins, and other groups keep the
+    README's "absent means full"."""
+    assert v.runs_mlperf_llama_impl("mlperf_training_v5p1_llama31", {})
+    assert not v.runs_mlperf_llama_impl("bloom_prequel_config_sweep", {})
+    assert v.map_entry(MLPERF_ROW).parallel.recompute == "none"
+    stated = _with(MLPERF_ROW, parallel={"recompute": "full"})
+    assert v.map_entry(stated).parallel.recompute == "full"
+    other = _with(MLPERF_ROW, group="some_other_group")
+    assert v.map_entry(other).parallel.recompute == "full"
+
+
+def test_a_logged_gradient_accumulation_overrides_an_inferred_micro_batch():
+    """GigaComputing's MI355X row: config-matched micro-batch 4, log says 2 accumulation
+    steps at global batch 32 on 8 ranks -> micro-batch 2 (logged_micro_batch)."""
+    inferred = {"layout_source": "INFERRED: submitter config(s) whose ...",
+                "grad_accum_logged": 2, "micro_batch": 4}
+    assert v.map_entry(_with(MLPERF_ROW, parallel=inferred)).parallel.micro_batch_size == 2
+    # stated (not inferred) layouts, consistent logs and counts that do not divide keep theirs
+    stated = dict(inferred, layout_source="config named in the result log")
+    assert v.map_entry(_with(MLPERF_ROW, parallel=stated)).parallel.micro_batch_size == 4
+    agree = dict(inferred, grad_accum_logged=1.0)
+    assert v.map_entry(_with(MLPERF_ROW, parallel=agree)).parallel.micro_batch_size == 4
+    odd = dict(inferred, grad_accum_logged=3)
+    assert v.map_entry(_with(MLPERF_ROW, parallel=odd)).parallel.micro_batch_size == 4
