@@ -850,6 +850,15 @@ class TrainingSpec:
                              f"is a Megatron-Core or torchtitan feature; framework is "
                              f"{self.framework!r}",
                              "set framework: megatron or torchtitan, or tp_comm_overlap: false")
+        if self.fp8_dot_product_attention and self.framework != "megatron":
+            raise InputError("training.fp8_dot_product_attention",
+                             f"is Transformer Engine's FP8 attention (Megatron-Core); "
+                             f"framework is {self.framework!r}",
+                             "set framework: megatron or fp8_dot_product_attention: false")
+        if self.tp_comm_overlap and self.framework == "torchtitan" and \
+                self.torch_compile is None:
+            # its launch compiles the model (--compile.enable): price the compiled run
+            _set(self, "torch_compile", True)
         if self.tp_comm_overlap and self.framework == "torchtitan" and \
                 self.torch_compile is False:
             # torchtitan's CompileConfig refuses async TP without compiling the model

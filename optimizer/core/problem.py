@@ -8,6 +8,7 @@ optimizer package can use it.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
@@ -60,20 +61,15 @@ class Problem:
                          "framework": self.training.framework},
             "memory_limit_bytes": self.memory_limit_bytes,
         }
-        if self.training.tp_comm_overlap:  # only when set: older fingerprints stay valid
-            doc["training"]["tp_comm_overlap"] = True
-        if self.training.fp8_recipe != "delayed":  # likewise (cost model 0.5.0)
-            doc["training"]["fp8_recipe"] = self.training.fp8_recipe
-        if self.training.overlap_p2p_comm:
-            doc["training"]["overlap_p2p_comm"] = True
-        if self.training.fp8_param_gather:
-            doc["training"]["fp8_param_gather"] = True
-        if self.training.grad_reduce_in_bf16:
-            doc["training"]["grad_reduce_in_bf16"] = True
-        if not self.training.expandable_segments:  # only when off: older fingerprints stay
-            doc["training"]["expandable_segments"] = False
-        if self.training.torch_compile is not None:  # only when stated (cost model 0.6.x)
-            doc["training"]["torch_compile"] = self.training.torch_compile
+        # every other training field only where it differs from its default, so that
+        # fingerprints made before the field existed stay valid (tp_comm_overlap, fp8_recipe,
+        # the MoE fields, fp8_dot_product_attention, torch_compile, ...)
+        for f in dataclasses.fields(self.training):
+            if f.name in doc["training"] or f.default is dataclasses.MISSING:
+                continue
+            value = getattr(self.training, f.name)
+            if value != f.default:
+                doc["training"][f.name] = value
         return doc
 
     def fingerprint(self) -> str:

@@ -970,6 +970,12 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
                      "first/last_stage_less_layers; Megatron-DeepSpeed needs a partition "
                      "method that counts the embedding and the head as layers (BLOOM's "
                      "type:transformer|embedding), not the default type:transformer")
+    if training is not None and training.fp8_dot_product_attention and config.precision == "fp8":
+        w.append("fp8_dot_product_attention: Megatron-LM has no command-line flag for "
+                 "Transformer Engine's FP8 attention (modern-training.md 5.2): set "
+                 "fp8_dot_product_attention in the TransformerConfig (Megatron-Bridge recipes: "
+                 "mixed_precision.fp8_dot_product_attention), else the attention core "
+                 "runs in 16 bits and the step is slower than scored")
     if training is not None and _interleaved(config):
         m = _microbatches(training, config)
         if m % config.pp:

@@ -923,6 +923,8 @@ def recompute_modules_of(par: Mapping[str, Any], recompute: str) -> str:
     mods = _hint(par).get("recompute_modules")
     if recompute != "selective" or not mods:
         return "core_attn"
+    if not isinstance(mods, str | list | tuple):  # a malformed hint: the default set
+        return "core_attn"
     names = [mods] if isinstance(mods, str) else [str(x) for x in mods]
     names = [n.strip().lower() for n in names if str(n).strip()]
     for cand in RECOMPUTE_MODULES:
@@ -1365,8 +1367,8 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             moe_load_imbalance=1.0 if moe is not None and nemo else None,
                             moe_cuda_graph=moe is not None and moe_graphed(par),
                             moe_attention_graphed=moe is not None and moe_attention_graphed(par),
-                            fp8_dot_product_attention=bool(_hint(par).get(
-                                "fp8_dot_product_attention")) and precision == "fp8",
+                            fp8_dot_product_attention=_bool_field(_hint(par).get(
+                                "fp8_dot_product_attention")) is True and precision == "fp8",
                             moe_dispatcher=moe_dispatcher_of(par) if moe is not None
                             else "alltoall")
 

@@ -719,3 +719,30 @@ def test_torchtitan_config_module_carries_the_model():
     compile(src, "paraplan_torchtitan.py", "exec")
     assert "'rope_theta': 500000.0" in src and "'rope_scaling': 'llama'" in src
     assert "FLOAT8 = True" in src and "'n_layers': 126" in src
+
+
+def test_torchtitan_async_tp_is_priced_compiled_when_compile_is_unstated():
+    """Its launch writes --compile.enable, so an unstated torch_compile is the compiled run;
+    a stated false is refused (CompileConfig)."""
+    tt = TrainingSpec(seq_length=2048, global_batch_size=1024, framework="torchtitan",
+                      tp_comm_overlap=True)
+    assert tt.torch_compile is True
+    with pytest.raises(InputError, match="torch.compile"):
+        TrainingSpec(seq_length=2048, global_batch_size=1024, framework="torchtitan",
+                     tp_comm_overlap=True, torch_compile=False)
+    assert TrainingSpec(seq_length=2048, global_batch_size=1024,
+                        framework="torchtitan").torch_compile is None
+
+
+def test_fp8_attention_is_megatron_only_and_its_launch_says_there_is_no_flag():
+    with pytest.raises(InputError) as e:
+        TrainingSpec(seq_length=2048, global_batch_size=1024, framework="fsdp",
+                     fp8_dot_product_attention=True)
+    assert e.value.field == "training.fp8_dot_product_attention"
+    tr = TrainingSpec(seq_length=2048, global_batch_size=1024, fp8_dot_product_attention=True)
+    fp8 = cfg(tp=2, pp=1, dp=8, precision="fp8")
+    assert any("fp8_dot_product_attention" in w
+               for w in launch_warnings(fp8, model=LLAMA_65B, cluster=CLUSTER, training=tr))
+    bf16 = cfg(tp=2, pp=1, dp=8)
+    assert not any("fp8_dot_product_attention" in w
+                   for w in launch_warnings(bf16, model=LLAMA_65B, cluster=CLUSTER, training=tr))

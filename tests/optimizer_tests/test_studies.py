@@ -449,3 +449,21 @@ def test_study_documents_match_the_output_schema(tmp_path):
     with pytest.raises(InfeasibleError) as info:
         run_study(load_study_file(bad))
     validate_document(info.value.payload, kind="infeasible")
+
+
+@pytest.mark.parametrize("field", [{"fp8_dot_product_attention": True},
+                                   {"moe_dispatcher": "flex"}, {"moe_cuda_graph": True},
+                                   {"moe_load_imbalance": 1.2}, {"tp_comm_overlap": True}])
+def test_fingerprint_tracks_every_priced_training_field(field):
+    """Two problems that the cost model prices differently never share a fingerprint (a
+    resumed study would mix their scores); the defaults leave older fingerprints as they
+    were."""
+    from optimizer.core.problem import resolve_problem
+
+    base = dict(model="7b", gpus=8, seq_length=2048, global_batch_size=256)
+    plain = resolve_problem(**base)
+    assert "moe_dispatcher" not in plain.inputs_json()["training"]  # defaults not recorded
+    other = resolve_problem(**base, training={"seq_length": 2048, "global_batch_size": 256,
+                                              **field})
+    assert other.fingerprint() != plain.fingerprint()
+    assert resolve_problem(**base).fingerprint() == plain.fingerprint()
