@@ -466,6 +466,8 @@ def _run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: s
             holder.close()
 
     # the union of every configuration the study scored (this run, earlier runs, other workers)
+    if holder is not None:  # the tag of its last trials (without the mark if the lock was lost)
+        me += holder.mark
     final = final_polish(study, enc, problem, limit, scored, me=me) \
         if polish else []
     polished = set(final)  # in their canonical order at the end, whichever worker added them
