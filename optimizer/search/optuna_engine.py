@@ -454,12 +454,11 @@ def _run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: s
     holder = None
     try:
         # the server-side liveness of this search (PostgreSQL): its tags say they hold it
+        # (tagged with st.LOCK_MARK while the lock is held: holder.mark)
         holder = st.hold_liveness(store, me)
-        if holder is not None:
-            me += st.LOCK_MARK
         _loop(study, enc, problem, scored, kind=kind, trials=min(trials, int(valid_count)),
               batch_size=batch_size, limit=limit, me=me, bar=bar,
-              polish=polish, reseed=reseed, fill_seed=lambda: sampler_seed)
+              polish=polish, reseed=reseed, fill_seed=lambda: sampler_seed, holder=holder)
     finally:
         bar.close()
         st.end_run(token)
@@ -467,6 +466,8 @@ def _run(problem, ctx: Context, sp: SearchSpace, *, valid_count: int, sampler: s
             holder.close()
 
     # the union of every configuration the study scored (this run, earlier runs, other workers)
+    if holder is not None:  # the tag of its last trials (without the mark if the lock was lost)
+        me += holder.mark
     final = final_polish(study, enc, problem, limit, scored, me=me) \
         if polish else []
     polished = set(final)  # in their canonical order at the end, whichever worker added them
@@ -523,8 +524,12 @@ def _take_scores(scores, index: np.ndarray):
 def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: int,
           batch_size: int, limit: float, me: str, bar: _Progress, polish: float,
           reseed: Callable[[int], None] = lambda n: None,
-          fill_seed: Callable[[], int] = lambda: 0) -> None:
+          fill_seed: Callable[[], int] = lambda: 0, holder: st.Holder | None = None) -> None:
     """Ask, score and tell batches until the study holds ``trials`` counted finished trials.
+
+    ``me`` is this search's worker tag; ``holder`` its liveness lock (PostgreSQL), kept alive
+    by the heartbeat thread and before each batch, whose :attr:`~optimizer.storage.Holder.mark`
+    ends the tag of each new trial.
 
     A trial whose configuration a lower-numbered trial already claimed (scored, or being
     scored by another worker) is a duplicate, and one asked beyond the budget by concurrent
@@ -538,11 +543,12 @@ def _loop(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials: 
     rows_of: dict[int, int | None] = {}  # trial number -> configuration (finished trials)
     first = True
     stale = 0
-    heart = _Heartbeat(study) if kind == "rdb" else None
+    heart = _Heartbeat(study, holder) if kind == "rdb" else None
     try:
         _rounds(study, enc, problem, scored, kind=kind, trials=trials, batch_size=batch_size,
                 limit=limit, me=me, bar=bar, polish_from=polish_from, reseed=reseed,
-                fill_seed=fill_seed, rows_of=rows_of, first=first, stale=stale, heart=heart)
+                fill_seed=fill_seed, rows_of=rows_of, first=first, stale=stale, heart=heart,
+                holder=holder)
     finally:
         if heart is not None:
             heart.stop()
@@ -552,9 +558,14 @@ def _rounds(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials
             batch_size: int, limit: float, me: str, bar: _Progress, polish_from: int,
             reseed: Callable[[int], None], fill_seed: Callable[[], int],
             rows_of: dict[int, int | None], first: bool, stale: int,
-            heart: _Heartbeat | None) -> None:
+            heart: _Heartbeat | None, holder: st.Holder | None = None) -> None:
     """The rounds of :func:`_loop` (ask, claim, score, tell), with ``heart`` beating for
-    the trials in flight."""
+    the trials in flight.
+
+    A trial of this worker that another worker failed meanwhile (it judged the owner dead:
+    a lost liveness session, a starved heartbeat) is dropped wherever that shows (setting an
+    attribute raises UpdateFinishedTrialError; ``tell`` skips a finished trial): FAIL trials
+    never count, so the next rounds ask again."""
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
@@ -593,6 +604,9 @@ def _rounds(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials
                 study.enqueue_trial(enc.params_for(row), user_attrs={"origin": "fill"})
 
         # 1. ask k trials from the seeded sampler, in order, and decode them
+        if holder is not None:
+            holder.check()  # a lost liveness session is replaced before tagging new trials
+        tag = me if holder is None else me + holder.mark
         batch: list[tuple[Any, int]] = []
         seen = len(everything)  # trials numbered below this were in `everything`
         withdrawn = False
@@ -613,14 +627,14 @@ def _rounds(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials
             try:
                 if shared:
                     st.record_heartbeat(study, trial)
-                    trial.set_user_attr(st.WORKER_ATTR, me)
+                    trial.set_user_attr(st.WORKER_ATTR, tag)
                     if not _admitted(study, trial, batch, trials, batch_size, seen):
                         # other workers asked first: past the in-flight cap or the budget.
                         # Withdrawn before it proposes anything (no params, not counted,
                         # not FAIL), and this batch ends here
                         trial.set_user_attr(st.COUNTED_ATTR, False)
                         trial.set_user_attr("origin", "withdrawn")
-                        study.tell(trial, state=TrialState.PRUNED)
+                        study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
                         withdrawn = True
                         break
                 batch.append((trial, enc.walk(choose)))
@@ -663,10 +677,10 @@ def _rounds(study, enc: Encoding, problem, scored: _Scored, *, kind: str, trials
             tps, peak = scored.values(row)
             try:
                 if not np.isfinite(peak):
-                    study.tell(trial, state=TrialState.PRUNED)
+                    study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
                     continue
                 st.set_constraint(trial, CONSTRAINT_KEY, (peak - limit) / limit)
-                study.tell(trial, [tps, peak])
+                study.tell(trial, [tps, peak], skip_if_finished=True)
             except UpdateFinishedTrialError:
                 pass  # another process failed it (it thought the owner dead): not counted
         if heart is not None:
@@ -739,15 +753,23 @@ def _settle(study, kind: str, problem, enc: Encoding, scored: _Scored,
 
 class _Heartbeat:
     """A thread that records a heartbeat for this worker's trials in flight every half
-    heartbeat interval (RDB storages), whatever the worker is doing: asking and scoring a
-    batch on loaded cores outlasted a 20 s grace period, so the grace period was 60 s and a
-    worker killed on another host stalled the others that long. Beating from a thread keeps
-    live trials fresh under load, so the grace period is 15 s."""
+    heartbeat interval (RDB storages), whatever the worker is doing, and checks its liveness
+    lock (``holder``, PostgreSQL), replacing a lost session (storage.liveness).
 
-    def __init__(self, study) -> None:
+    How soon other workers see this one dead: on PostgreSQL by its lock first (the server
+    releases it when the process dies, so its trials are failed within the others' next
+    0.5 s poll, on any host); the heartbeat is the fallback, for tags without the lock mark
+    (other RDBs, a lock lost for good, older workers) and for a half-open session that still
+    holds the lock (a host that lost power): a trial whose beats stopped for the grace period
+    (15 s) is failed whatever the lock says. Beating from a thread keeps live trials fresh
+    under load (asking and scoring a batch on loaded cores outlasted a 20 s grace period),
+    which is what lets the grace period be 15 s."""
+
+    def __init__(self, study, holder: st.Holder | None = None) -> None:
         import threading
 
         self._study = study
+        self._holder = holder
         self._trials: list[Any] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -771,6 +793,11 @@ class _Heartbeat:
                 _beat(self._study, [(t, 0) for t in trials])
             except Exception:  # a lost connection: the worker's own calls will report it
                 pass
+            if self._holder is not None:
+                try:
+                    self._holder.check()
+                except Exception:  # never kill the thread: the next tick tries again
+                    pass
 
     def stop(self) -> None:
         self._stop.set()

@@ -26,7 +26,7 @@ from optimizer.storage.backends import (
     storage_errors,
     storage_kind,
 )
-from optimizer.storage.liveness import hold_liveness
+from optimizer.storage.liveness import Holder, hold_liveness
 from optimizer.storage.study import (
     COUNTED_ATTR,
     DASHBOARD_CONSTRAINTS_ATTR,
@@ -52,7 +52,7 @@ __all__ = [
     "COUNTED_ATTR", "LOCK_MARK", "DASHBOARD_CONSTRAINTS_ATTR", "DIRECTIONS", "GRACE_PERIOD_S",
     "HEARTBEAT_INTERVAL_S", "METRIC_NAMES", "OWNER_UNSEEN_S", "RESULT_ATTR", "WORKER_ATTR",
     "begin_run", "count_finished", "end_run", "fail_dead_trials", "fail_trials",
-    "finished_states", "hold_liveness", "is_counted", "library_versions", "load_result", "open_storage", "open_study",
+    "Holder", "finished_states", "hold_liveness", "is_counted", "library_versions", "load_result", "open_storage", "open_study",
     "quiet_optuna", "record_heartbeat", "redact", "repair_journal", "save_result",
     "set_constraint", "storage_errors", "storage_kind", "worker_id",
 ]

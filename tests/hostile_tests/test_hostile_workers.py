@@ -305,6 +305,161 @@ def test_killed_worker_on_another_host_is_seen_dead_at_once_and_a_live_one_is_no
                 p.communicate()
 
 
+#: A worker on "another host" like _REMOTE, with the search's own heartbeat thread (which
+#: also keeps the liveness lock, optuna_engine._Heartbeat): it prints its trial, tag and
+#: liveness backend pid, then for each line read prints (pid, reconnects, mark)
+_REMOTE_BEATING = """
+import sys, warnings
+from optimizer import storage as st
+from optimizer.search.optuna_engine import _Heartbeat
+import optuna
+warnings.simplefilter("ignore")
+store = st.open_storage(sys.argv[2])
+study = optuna.load_study(study_name=sys.argv[1], storage=store)
+me = st.worker_id(st.begin_run())
+holder = st.hold_liveness(store, me)
+assert holder is not None
+trial = study.ask()
+trial.set_user_attr(st.WORKER_ATTR, me + holder.mark)
+st.record_heartbeat(study, trial)
+heart = _Heartbeat(study, holder)
+heart.add(trial)
+print(trial.number, me, holder.backend_pid, flush=True)
+for _ in sys.stdin:
+    print(holder.backend_pid, holder.reconnects, holder.mark or "-", flush=True)
+"""
+
+
+def _lock_free(key: int) -> bool:
+    """Whether no session holds advisory lock ``key`` (asked as other workers ask it)."""
+    import sqlalchemy
+
+    eng = sqlalchemy.create_engine(PG_URL, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with eng.begin() as conn:
+            return bool(conn.execute(sqlalchemy.text("SELECT pg_try_advisory_xact_lock(:k)"),
+                                     {"k": key}).scalar())
+    finally:
+        eng.dispose()
+
+
+def _backend_exists(pid: int) -> bool:
+    import sqlalchemy
+
+    eng = sqlalchemy.create_engine(PG_URL, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with eng.begin() as conn:
+            return bool(conn.execute(sqlalchemy.text(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid}).scalar())
+    finally:
+        eng.dispose()
+
+
+def _terminate(pid: int) -> None:
+    import sqlalchemy
+
+    eng = sqlalchemy.create_engine(PG_URL, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with eng.begin() as conn:
+            assert conn.execute(sqlalchemy.text("SELECT pg_terminate_backend(:p)"),
+                                {"p": pid}).scalar()
+    finally:
+        eng.dispose()
+
+
+@needs_pg
+def test_a_live_worker_whose_liveness_session_dropped_takes_its_lock_again():
+    """The server ends a live worker's liveness session (pg_terminate_backend: what a server
+    restart or an idle-session timeout does) and so releases its lock; its heartbeat thread
+    sees the session gone, reconnects and takes the lock again within a few seconds, so
+    another worker's check leaves its RUNNING trial alone; once it is killed, the lock is
+    free and its trial is failed (the check is not blind)."""
+    import optuna
+
+    from optimizer import storage as st
+    from optimizer.storage.liveness import lock_key
+
+    name = f"retake-{uuid.uuid4().hex[:8]}"
+    _empty_study(name)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PARAPLAN_TEST_HOSTNAME": "elsewhere.test"}
+    remote = subprocess.Popen([sys.executable, "-c", _REMOTE_BEATING, name, PG_URL], env=env,
+                              cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        number_text, tag, pid_text = remote.stdout.readline().split()
+        number, key = int(number_text), lock_key(tag)
+        assert tag.startswith("elsewhere.test:")
+        assert not _lock_free(key)
+        _terminate(int(pid_text))
+        t0 = time.monotonic()
+        while _backend_exists(int(pid_text)):  # the old session (and its lock) is gone
+            assert time.monotonic() - t0 < 5
+            time.sleep(0.05)
+        # the heartbeat thread checks every HEARTBEAT_INTERVAL_S / 2 (2.5 s), then waits at
+        # most RETAKE_WAIT_S (2 s) while another worker's check holds the key
+        while True:
+            remote.stdin.write("?\n")
+            remote.stdin.flush()
+            new_pid, reconnects, mark = remote.stdout.readline().split()
+            if int(reconnects) or time.monotonic() - t0 > st.HEARTBEAT_INTERVAL_S + 5:
+                break
+            _lock_free(key)  # other workers keep checking meanwhile: the re-take waits
+            time.sleep(0.2)
+        assert int(reconnects) == 1, "the lock was not taken again"
+        assert int(new_pid) != int(pid_text) and mark == st.LOCK_MARK
+        assert not _lock_free(key)  # held again: others see the worker alive
+        study = optuna.load_study(study_name=name, storage=st.open_storage(PG_URL))
+        st.fail_dead_trials(study, "rdb", at_startup=True)
+        st.fail_dead_trials(study, "rdb", at_startup=False)
+        (t,) = [t for t in study.get_trials(deepcopy=False) if t.number == number]
+        assert t.state.name == "RUNNING"  # alive: not failed
+        remote.kill()
+        remote.communicate()
+        deadline = time.monotonic() + 10
+        while not _lock_free(key):
+            assert time.monotonic() < deadline, "the killed worker's lock was kept"
+            time.sleep(0.2)
+        st.fail_dead_trials(study, "rdb", at_startup=False)
+        (t,) = [t for t in study.get_trials(deepcopy=False) if t.number == number]
+        assert t.state.name == "FAIL"
+    finally:
+        if remote.poll() is None:
+            remote.kill()
+            remote.communicate()
+
+
+@needs_pg
+def test_a_liveness_lock_held_elsewhere_is_given_up_once(capsys):
+    """If a lost session's key is held by another session (it never should be: tags are
+    unique), the holder stops claiming the lock: new tags lose the mark, and it says so
+    once on stderr."""
+    import sqlalchemy
+
+    from optimizer import storage as st
+
+    tag = f"elsewhere.test:1:2:{uuid.uuid4().hex[:8]}"
+    holder = st.hold_liveness(st.open_storage(PG_URL), tag)
+    assert holder is not None and holder.mark == st.LOCK_MARK and holder.check()
+    eng = sqlalchemy.create_engine(PG_URL, poolclass=sqlalchemy.pool.NullPool)
+    other = eng.connect().execution_options(isolation_level="AUTOCOMMIT")
+    try:
+        _terminate(holder.backend_pid)  # the backend ends (and frees the lock) moments later
+        deadline = time.monotonic() + 5
+        while not other.execute(sqlalchemy.text("SELECT pg_try_advisory_lock(:k)"),
+                                {"k": holder.key}).scalar():
+            assert time.monotonic() < deadline, "the terminated session kept its lock"
+            time.sleep(0.05)
+        assert holder.check() is False
+        assert holder.mark == ""
+        assert holder.check() is False
+        err = capsys.readouterr().err
+        assert err.count("liveness lock") == 1, err
+    finally:
+        holder.close()
+        other.close()
+        eng.dispose()
+
+
 def test_liveness_is_nothing_for_storages_without_a_server():
     """SQLite, journal and in-memory storages hold no liveness connection, and no tag is
     judged by one there (the pid checks and the heartbeat stay the rules)."""
