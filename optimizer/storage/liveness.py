@@ -164,7 +164,17 @@ class Holder:
 
 
 def _connect(engine):
-    return engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+    """An autocommit connection; a server-wide ``idle_session_timeout`` (PostgreSQL 14+)
+    would end the idle liveness session of a live worker, so it is switched off for this
+    session (older servers do not know the setting: ignored)."""
+    import sqlalchemy
+
+    conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+    try:
+        conn.execute(sqlalchemy.text("SET idle_session_timeout = 0"))
+    except Exception:
+        pass
+    return conn
 
 
 def _take(conn, key: int) -> bool:
