@@ -220,7 +220,7 @@ def _open_rdb(url: str, *, read_only: bool = False):
         db = parsed.database
         if db and db != ":memory:" and not db.startswith("file:"):
             path = expand_user(db, "storage")
-            _check_sqlite_file(path)
+            _check_sqlite_file(path, read_only=read_only)
             if read_only:
                 from urllib.parse import quote
 
@@ -261,10 +261,15 @@ def _optuna_tables() -> frozenset[str]:
     return frozenset(models.BaseModel.metadata.tables) | {"alembic_version"}
 
 
-def _check_sqlite_file(path: Path) -> None:
+def _check_sqlite_file(path: Path, *, read_only: bool = False) -> None:
     """An SQLite storage file must be new (in an existing folder), or a regular file holding an
     SQLite database whose tables are all Optuna's: paraplan never adds its tables to a
-    database of something else, and never creates folders."""
+    database of something else, and never creates folders.
+
+    A writer killed inside a transaction leaves a hot rollback journal, which a ``mode=ro``
+    reader cannot roll back ("attempt to write a readonly database"): a search (it writes
+    anyway) reads the tables through a read-write connection, which rolls the journal back
+    as SQLite does on any open; ``read_only`` (``report``) says so instead of writing."""
     import sqlite3
     import stat as stat_mod
 
@@ -287,14 +292,28 @@ def _check_sqlite_file(path: Path) -> None:
     if head != b"SQLite format 3\x00":
         raise InputError("storage", f"{path} is not an SQLite database (or its header is "
                          "damaged)", "give a new file name, or the right database")
-    try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_TIMEOUT_S)
+    def table_names(mode: str) -> set[str]:
+        con = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, timeout=SQLITE_TIMEOUT_S)
         try:
-            names = {r[0] for r in con.execute(
+            return {r[0] for r in con.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table' "
                 "AND name NOT LIKE 'sqlite_%'")}
         finally:
             con.close()
+
+    try:
+        try:
+            names = table_names("ro")
+        except sqlite3.OperationalError as e:
+            if "readonly" not in str(e).lower():
+                raise
+            if read_only:
+                raise InputError("storage", f"SQLite database {path} holds an unfinished "
+                                 "transaction of a killed writer (a hot journal), which a "
+                                 "read-only reader cannot roll back",
+                                 "run the study again (optimize --study FILE recovers it), "
+                                 "then report") from None
+            names = table_names("rw")
     except sqlite3.DatabaseError as e:
         raise InputError("storage", f"SQLite database {path} is corrupted or unreadable: {e}",
                          "restore it from a backup, or give a new file name") from None

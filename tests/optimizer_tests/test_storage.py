@@ -447,3 +447,32 @@ def test_two_workers_share_one_study(backend):
             optuna.delete_study(study_name=name, storage=st.open_storage(url))
         except Exception:
             pass
+
+
+def test_sqlite_with_a_hot_journal_is_recovered_by_a_search_and_refused_by_report(tmp_path):
+    """A writer SIGKILLed inside a transaction leaves a hot rollback journal; a mode=ro reader
+    cannot roll it back ("attempt to write a readonly database"). A search's open rolls it
+    back (the uncommitted rows vanish, the committed study stays); a read-only open says so
+    and writes nothing."""
+    db = tmp_path / "s.db"
+    url = f"sqlite:///{db}"
+    optuna.create_study(study_name="s", storage=st.open_storage(url))
+    killer = ("import os, signal, sqlite3, sys\n"
+              "con = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+              "con.execute('PRAGMA journal_mode=DELETE'); con.execute('PRAGMA cache_size=1')\n"
+              "con.execute('BEGIN IMMEDIATE')\n"
+              "for i in range(3000):\n"
+              "    con.execute('INSERT INTO study_user_attributes (study_id, key, value_json) "
+              "VALUES (1, ?, ?)', (f'k{i}', 'x' * 200))\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = subprocess.run([sys.executable, "-c", killer, str(db)], capture_output=True)
+    assert proc.returncode == -signal.SIGKILL
+    journal = tmp_path / "s.db-journal"
+    assert journal.exists() and journal.stat().st_size > 0  # the hot journal
+    before = db.read_bytes()
+    with pytest.raises(InputError, match="hot journal"):
+        st.open_storage(url, read_only=True)
+    assert db.read_bytes() == before and journal.exists()  # the read-only open wrote nothing
+    study = optuna.load_study(study_name="s", storage=st.open_storage(url))
+    assert study.user_attrs == {}  # rolled back: none of the uncommitted rows
+    assert not journal.exists()
