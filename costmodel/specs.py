@@ -855,16 +855,15 @@ class TrainingSpec:
                              f"is Transformer Engine's FP8 attention (Megatron-Core); "
                              f"framework is {self.framework!r}",
                              "set framework: megatron or fp8_dot_product_attention: false")
-        if self.tp_comm_overlap and self.framework == "torchtitan" and \
-                self.torch_compile is None:
-            # its launch compiles the model (--compile.enable): price the compiled run
-            _set(self, "torch_compile", True)
-        if self.tp_comm_overlap and self.framework == "torchtitan" and \
-                self.torch_compile is False:
-            # torchtitan's CompileConfig refuses async TP without compiling the model
-            raise InputError("training.tp_comm_overlap",
-                             "torchtitan's async TP needs torch.compile; torch_compile is false",
-                             "set torch_compile: true or tp_comm_overlap: false")
+        if self.tp_comm_overlap and self.framework == "torchtitan":
+            if self.torch_compile is None:
+                # its launch compiles the model (--compile.enable): price the compiled run
+                _set(self, "torch_compile", True)
+            elif not self.torch_compile:
+                # torchtitan's CompileConfig refuses async TP without compiling the model
+                raise InputError("training.tp_comm_overlap",
+                                 "torchtitan's async TP needs torch.compile; torch_compile is "
+                                 "false", "set torch_compile: true or tp_comm_overlap: false")
 
     @property
     def tokens_per_step(self) -> int:

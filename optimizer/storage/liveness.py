@@ -252,7 +252,7 @@ def server_alive(storage, owner: str) -> bool | None:
     try:
         with engine.begin() as conn:  # the xact lock, if taken, ends with this transaction
             free = conn.execute(sqlalchemy.text("SELECT pg_try_advisory_xact_lock(:k)"),
-                                {"k": lock_key(owner[:-len(LOCK_MARK)])}).scalar()
+                                {"k": lock_key(owner.removesuffix(LOCK_MARK))}).scalar()
     except Exception:
         return None
     return not free

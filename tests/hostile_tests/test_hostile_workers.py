@@ -330,41 +330,29 @@ for _ in sys.stdin:
 """
 
 
-def _lock_free(key: int) -> bool:
-    """Whether no session holds advisory lock ``key`` (asked as other workers ask it)."""
+def _pg_scalar(sql: str, **params):
+    """One statement on a fresh PostgreSQL session of its own (committed), its scalar."""
     import sqlalchemy
 
     eng = sqlalchemy.create_engine(PG_URL, poolclass=sqlalchemy.pool.NullPool)
     try:
         with eng.begin() as conn:
-            return bool(conn.execute(sqlalchemy.text("SELECT pg_try_advisory_xact_lock(:k)"),
-                                     {"k": key}).scalar())
+            return conn.execute(sqlalchemy.text(sql), params).scalar()
     finally:
         eng.dispose()
+
+
+def _lock_free(key: int) -> bool:
+    """Whether no session holds advisory lock ``key`` (asked as other workers ask it)."""
+    return bool(_pg_scalar("SELECT pg_try_advisory_xact_lock(:k)", k=key))
 
 
 def _backend_exists(pid: int) -> bool:
-    import sqlalchemy
-
-    eng = sqlalchemy.create_engine(PG_URL, poolclass=sqlalchemy.pool.NullPool)
-    try:
-        with eng.begin() as conn:
-            return bool(conn.execute(sqlalchemy.text(
-                "SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid}).scalar())
-    finally:
-        eng.dispose()
+    return bool(_pg_scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = :p", p=pid))
 
 
 def _terminate(pid: int) -> None:
-    import sqlalchemy
-
-    eng = sqlalchemy.create_engine(PG_URL, poolclass=sqlalchemy.pool.NullPool)
-    try:
-        with eng.begin() as conn:
-            assert conn.execute(sqlalchemy.text("SELECT pg_terminate_backend(:p)"),
-                                {"p": pid}).scalar()
-    finally:
-        eng.dispose()
+    assert _pg_scalar("SELECT pg_terminate_backend(:p)", p=pid)
 
 
 @needs_pg
