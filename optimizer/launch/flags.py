@@ -650,8 +650,14 @@ def torchtitan_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     if config.tp > 1:
         a.append("--parallelism.enable_sequence_parallel" if config.sequence_parallel
                  else "--parallelism.no_enable_sequence_parallel")
-        if training.tp_comm_overlap:  # async TP (CompileConfig: it needs the compiled model)
-            a += ["--compile.enable", "--compile.enable_async_tensor_parallel"]
+    # the compiled model where the score priced it compiled (TrainingSpec.torch_compile) or
+    # where TP's communication overlap is torchtitan's async TP, which CompileConfig accepts
+    # only with the compiled model; else torchtitan's default, eager
+    async_tp = config.tp > 1 and training.tp_comm_overlap
+    if training.torch_compile or async_tp:
+        a.append("--compile.enable")
+    if async_tp:
+        a.append("--compile.enable_async_tensor_parallel")
     if config.pp > 1:
         per_stage, first_less, last_less = _torchtitan_split(model, config, training, cluster)
         # torchtitan has no single-stage ZB-H1: 1F1B (launch_warnings says so)

@@ -128,6 +128,10 @@ def check_torchtitan(titan, result, tmp_path):
     else:  # torchtitan's SAC is another recompute: the bundle says the target is not faithful
         assert isinstance(policy, ac.SelectiveAC.Config)
         assert not launch["targets"]["torchtitan"]["supported"]
+    # torch.compile as priced (TrainingSpec.torch_compile), async TP only over a TP group
+    async_tp = bool(training.tp_comm_overlap) and c.tp > 1
+    assert cfg.compile.enable == (bool(training.torch_compile) or async_tp)
+    assert cfg.compile.enable_async_tensor_parallel == async_tp
     # precision
     float8 = [fqn for fqn, *_ in cfg.model_spec.model.traverse(f8.Float8Linear.Config)]
     assert bool(float8) == (c.precision == "fp8")

@@ -378,6 +378,29 @@ def test_torchtitan_async_tp_compiles_the_model():
     assert not any(x.startswith("--compile.") for x in plain)
 
 
+@pytest.mark.parametrize("tp", [1, 2])
+def test_torchtitan_compiled_score_launches_the_compiled_model(tp):
+    """torch_compile: true is priced with Inductor's fused element-wise traffic, so its launch
+    compiles the model, with or without async TP (before, only async TP wrote the flag); an
+    unstated or false torch_compile keeps torchtitan's eager default."""
+    c = cfg(tp=tp, pp=1, dp=16 // tp, sequence_parallel=tp > 1)
+    compiled = TrainingSpec(seq_length=2048, global_batch_size=1024, framework="torchtitan",
+                            torch_compile=True)
+    a = torchtitan_args(LLAMA_65B, CLUSTER, compiled, c)
+    assert "--compile.enable" in a and "--compile.enable_async_tensor_parallel" not in a
+    for off in (None, False):
+        eager = TrainingSpec(seq_length=2048, global_batch_size=1024, framework="torchtitan",
+                             torch_compile=off)
+        assert not any(x.startswith("--compile.") for x in torchtitan_args(LLAMA_65B, CLUSTER,
+                                                                          eager, c))
+    # async TP at tp = 1 has no TP to overlap: the model is still compiled, as it was priced
+    overlap = TrainingSpec(seq_length=2048, global_batch_size=1024, framework="torchtitan",
+                           tp_comm_overlap=True)
+    b = torchtitan_args(LLAMA_65B, CLUSTER, overlap, c)
+    assert "--compile.enable" in b
+    assert ("--compile.enable_async_tensor_parallel" in b) == (tp > 1)
+
+
 @pytest.mark.parametrize(("zero", "shard", "replicate"), [(0, 1, 4), (1, 1, 4), (3, 4, 1)])
 def test_torchtitan_data_parallel_degrees(zero, shard, replicate):
     a = torchtitan_args(LLAMA_65B, CLUSTER, TRAIN, cfg(tp=2, pp=2, dp=4, zero_stage=zero))
