@@ -10,7 +10,7 @@ instead of re-deriving them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from costmodel.batch import ConfigBatch
 from costmodel.calibration import Efficiency, FrameworkCosts
 from costmodel.compute import ACT_BYTES, GEMM_BYTES
 from costmodel.data_parallel import grad_wire_bytes
+from costmodel.layers import FORWARD, RECOMPUTE
 from costmodel.model import run_phases
 from costmodel.pricing import ATTENTION, COLLECTIVE, GEMM
 from costmodel.specs import PRECISIONS, ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
@@ -90,17 +91,27 @@ def _kernel_size(kern, act_bytes, gemm_bytes) -> tuple[float, float]:
 
 
 def _layer_ops(ph, config) -> list[TraceOp]:
+    """The layer's rows as the scorer charges them (``layers.layer_costs``): a selective
+    recompute's own rows only where the recompute is selective; under full recompute every
+    forward row of the layer (GEMMs, attention, element-wise, CP communication) again in the
+    ``recompute`` pass, the TP table carrying its own recomputed collectives; the embedding
+    and the LM head are not recomputed. Partial recompute (``recompute_num_layers``) lists
+    one recomputing layer's rows: the stages say how many of their layers recompute."""
     layer = ph.distinct_layers
     prec = PRECISIONS.index(config.precision)
     act_bytes, gemm_bytes = float(ACT_BYTES[prec]), float(GEMM_BYTES[prec])
     tp_nodes = int(ph.groups.tp_nodes[0])
     cp_nodes = int(ph.groups.cp_nodes_or_ones()[0])
+    full = config.recompute == "full"
     out = []
     for table in layer.tables:
         block = "layer" if table.block.startswith("attention") else table.block
+        again = full and block not in ("tp", "embedding+head")
         for op in table.ops:
             if not bool(np.asarray(op.when).reshape(-1)[0]):
                 continue
+            if op.pass_ == RECOMPUTE and block != "tp" and config.recompute != "selective":
+                continue  # the scorer reads these rows only under selective recompute
             kern = table.kernel(op.kernel)
             if not bool(np.asarray(kern.when).reshape(-1)[0]):
                 continue
@@ -110,10 +121,13 @@ def _layer_ops(ph, config) -> list[TraceOp]:
             if str(kern.group).startswith("cp"):  # the CP group (costmodel.cp)
                 ranks, nodes = config.cp, cp_nodes
             repeat = 1.0 if op.repeat is None else float(np.asarray(op.repeat).reshape(-1)[0])
-            out.append(TraceOp(block, op.name, op.kernel, kern.kind, op.pass_, op.category,
-                               repeat, kern.group, ranks, nodes, nbytes,
-                               flops, float(np.asarray(layer.times[op.kernel]).reshape(-1)[0]),
-                               op.window))
+            row = TraceOp(block, op.name, op.kernel, kern.kind, op.pass_, op.category,
+                          repeat, kern.group, ranks, nodes, nbytes,
+                          flops, float(np.asarray(layer.times[op.kernel]).reshape(-1)[0]),
+                          op.window)
+            out.append(row)
+            if again and op.pass_ == FORWARD:
+                out.append(replace(row, name=f"{op.name}.recompute", pass_=RECOMPUTE))
     return out
 
 

@@ -117,3 +117,35 @@ def test_trace_lists_the_ddp_buckets_and_the_tied_embedding_sync():
     sync = next(c for c in tr.data_parallel if c.name == "embedding.sync")
     assert sync.ranks == 2 and sync.collective == "allreduce"
     assert sync.time_s == tr.metrics["time_breakdown_s"]["embedding_sync"] > 0
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_trace_recompute_rows_are_what_the_scorer_charges(problem, recompute):
+    """Full recompute re-runs every forward row of the layer (listed again in the recompute
+    pass; before, the trace listed only the attention core's selective row, under every
+    recompute mode); selective lists its own rows; none lists no layer recompute at all."""
+    from costmodel.calibration import efficiency_for
+    from costmodel.layers import RECOMPUTE
+
+    config = ParallelConfig(tp=4, pp=2, dp=2, micro_batch_size=1, recompute=recompute,
+                            sequence_parallel=True, zero_stage=1)
+    tr = trace(problem.model, problem.cluster, problem.training, config)
+    batch = ConfigBatch.from_configs([config])
+    groups = resolve_groups(problem.cluster, batch.tp, batch.pp, batch.dp)
+    comm = Collectives(nccl_system(problem.cluster), batch, groups.layout)
+    costs = layer_costs(problem.model, problem.training,
+                        efficiency_for(problem.cluster.gpu.compute_capability),
+                        FRAMEWORKS[problem.training.framework], problem.cluster.gpu, comm,
+                        batch, groups.tp_nodes)
+    rows = [o for o in tr.ops if o.block == "layer" and o.pass_ == RECOMPUTE]
+    assert sum(o.count * o.time_s for o in rows) == pytest.approx(costs.recompute_s[0],
+                                                                  rel=1e-12)
+    forward = {o.name for o in tr.ops if o.block == "layer" and o.pass_ == FORWARD}
+    if recompute == "full":
+        assert {o.name for o in rows} == {f"{n}.recompute" for n in forward}
+    elif recompute == "none":
+        assert rows == [] and costs.recompute_s[0] == 0.0
+    else:
+        assert [o.name for o in rows] == ["attn.recompute"]
+    tp_rc = [o for o in tr.ops if o.block == "tp" and o.pass_ == RECOMPUTE]
+    assert bool(tp_rc) == (recompute == "full")
