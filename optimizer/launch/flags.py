@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.errors import InputError
+from costmodel.pipeline_layout import without_mtp
 from costmodel.schedule import pipeline_layout, stage_layers
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from optimizer.launch.model_facts import model_facts
@@ -281,7 +282,12 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     ]
     split = _uneven_split(model, config, training, cluster)
     uneven_chunks = config.stage_plan == "balanced" and _chunks_uneven(model, config)
-    if _interleaved(config) and (split is not None or uneven_chunks):
+    layout = training.pipeline_layout if training is not None else None
+    if layout is not None and config.pp > 1:
+        # the explicit layout as scored (its MTP modules left out: the flags do not launch
+        # the MTP module, optimizer/launch/moe_flags.py); Megatron derives vpp from it
+        a += ["--pipeline-model-parallel-layout", without_mtp(layout)]
+    elif _interleaved(config) and (split is not None or uneven_chunks):
         # an uneven plan in chunks (or stages whose layers the chunks do not divide evenly:
         # the rules' FLOP-based balanced plan can differ from the scored, time-based one,
         # which may keep the default split): the pipeline layout
