@@ -70,6 +70,18 @@ def test_pp_must_divide_the_stages_and_mtp_sits_in_a_last_chunk():
         TrainingSpec(pipeline_layout="Et|q|L")
 
 
+def test_scoring_and_flags_check_the_layout_against_the_model():
+    tr = TrainingSpec(2048, 64, pipeline_layout="Et*3|t*3|tt|tL")  # 9 layers, the model 10
+    c = ParallelConfig(tp=2, pp=4, dp=1)
+    with pytest.raises(InputError, match="holds 9 decoder layers; the model has 10"):
+        score(SMALL, CLUSTER, tr, _batch([c]))
+    from optimizer.launch.flags import megatron_args
+
+    with pytest.raises(InputError, match="not a multiple of pp=3"):
+        megatron_args(SMALL, CLUSTER, replace(tr, pipeline_layout="Et*3|t*3|tt|ttL"),
+                      ParallelConfig(tp=2, pp=3, dp=1, micro_batch_size=1))
+
+
 def test_writer_round_trips_and_drops_mtp():
     for text in (B200_LAYOUT, "Ettt|(tt|)*29,m|L", "Et*3|t*3|tt|ttL"):
         assert parse_layout(write_layout(parse_layout(text))) == parse_layout(text)

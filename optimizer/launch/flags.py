@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.errors import InputError
-from costmodel.pipeline_layout import without_mtp
+from costmodel.pipeline_layout import check_layout, rank_layout, without_mtp
 from costmodel.schedule import pipeline_layout, stage_layers
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from optimizer.launch.model_facts import model_facts
@@ -283,6 +283,9 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     split = _uneven_split(model, config, training, cluster)
     uneven_chunks = config.stage_plan == "balanced" and _chunks_uneven(model, config)
     layout = training.pipeline_layout if training is not None else None
+    if layout is not None:
+        check_layout(layout, model.num_layers, model.moe.mtp_layers if model.moe else 0)
+        rank_layout(layout, config.pp)  # InputError where pp does not divide its stages
     if layout is not None and config.pp > 1:
         # the explicit layout as scored (its MTP modules left out: the flags do not launch
         # the MTP module, optimizer/launch/moe_flags.py); Megatron derives vpp from it
