@@ -172,3 +172,23 @@ def test_mapper_scores_the_b200_layout_row():
     ph = run_phases(run.model, run.cluster, run.training, _batch([run.parallel]))
     assert [int(ph.plan.stage_layers(r)[0]) for r in range(8)] == [8] * 7 + [5]
     assert np.isfinite(ph.scores.step_time_s[0])
+
+
+def test_other_targets_and_the_diagnosis_name_the_layout():
+    from optimizer.launch.flags import launch_bundle
+
+    tr = TrainingSpec(2048, 64, pipeline_layout="Et*3|t*3|tt|ttL")
+    c = ParallelConfig(tp=2, pp=4, dp=1)
+    b = launch_bundle(SMALL, CLUSTER, tr, c)
+    assert b["targets"]["megatron"]["supported"]
+    assert "Et*3|t*3|tt|ttL" in b["megatron_args"]
+    for target in ("torchtitan", "deepspeed"):
+        assert not b["targets"][target]["supported"]
+        assert any("pipeline layout" in r for r in b["targets"][target]["reasons"])
+    assert not any("--decoder-first-pipeline-num-layers" in w for w in b["warnings"])
+    from optimizer.output.diagnose import plan_layers_of
+
+    class P:  # what plan_layers_of reads of a Problem
+        model, cluster, training = SMALL, CLUSTER, tr
+
+    assert plan_layers_of(P, c)[:3] == (3, 3, 2)

@@ -969,6 +969,9 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
                      + ("; torchtitan has no single-stage ZB-H1 (its overrides say 1F1B)"
                         if config.schedule == "zb-h1" else ""))
         split = _uneven_split(model, config, training, cluster)
+        if training is not None and training.pipeline_layout is not None:
+            split = None  # the explicit layout: _layout_gap says what builds it
+            w += _layout_gap(training, config)
         if split is not None:
             megatron = ("--pipeline-model-parallel-layout (the interleaved chunks)"
                         if _interleaved(config) else
@@ -1018,6 +1021,17 @@ def unexpressed(model: ModelSpec) -> list[str]:
     return r
 
 
+def _layout_gap(training: TrainingSpec | None, config: ParallelConfig) -> list[str]:
+    """An explicit pipeline layout (``training.pipeline_layout``) only Megatron's
+    ``--pipeline-model-parallel-layout`` builds: torchtitan's and Megatron-DeepSpeed's split
+    flags build their own split of the layers."""
+    if training is None or training.pipeline_layout is None or config.pp < 2:
+        return []
+    return [f"the pipeline layout {training.pipeline_layout!r} is Megatron's "
+            "--pipeline-model-parallel-layout: torchtitan's and Megatron-DeepSpeed's flags "
+            "build their own split of the layers, not the scored one"]
+
+
 def definition_gaps(model: ModelSpec) -> list[str]:
     """Model-definition features the cost model counts that no target's artefacts build
     (every target is then not faithful): other than two norms per layer."""
@@ -1037,9 +1051,10 @@ def launch_targets(model: ModelSpec, config: ParallelConfig, training: TrainingS
     common = unexpressed(model)
     gaps = definition_gaps(model)
     mr_list = ([] if mr is None else [mr]) + gaps
-    ds = deepspeed_refusal(config) + common + gaps
+    layout = _layout_gap(training, config)
+    ds = deepspeed_refusal(config) + common + gaps + layout
     tt = torchtitan_refusal(model, config) + _torchtitan_chunk_gap(model, config, training,
-                                                                   cluster) + gaps
+                                                                   cluster) + gaps + layout
     return {
         "megatron": {"target": MEGATRON_TARGET, "script": megatron_script(model),
                      "supported": not mr_list, "reasons": mr_list},
