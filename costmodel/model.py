@@ -51,6 +51,7 @@ from costmodel.layers import (  # noqa: F401  (re-exported)
     softmax_falls_back,
 )
 from costmodel.metrics import Scores
+from costmodel.pipeline_layout import check_layout
 from costmodel.pricing import peaks_by_precision
 from costmodel.schedule import (
     INTERLEAVED,
@@ -138,8 +139,11 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     layer = accumulate_gradients(layer, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
     head, emb = _end_shares(layer)
+    if training.pipeline_layout is not None:  # Megatron's checks against the model
+        check_layout(training.pipeline_layout, model.num_layers,
+                     model.moe.mtp_layers if model.moe is not None else 0)
     plan = stage_plan(model.num_layers, batch.pp, batch.stage_plan == StagePlanCode.BALANCED,
-                      head, np.isin(sched, V_SHAPED), emb)
+                      head, np.isin(sched, V_SHAPED), emb, training.pipeline_layout, v)
     # Megatron-Core's interleaved schedule overlaps p2p with the next chunk's compute
     # (--overlap-p2p-communication, on by default since 2023): the share overlap hides
     p2p_exposed = np.where(training.overlap_p2p_comm & (v > 1), 1.0 - eff.overlap_hidden, 1.0)
@@ -197,7 +201,7 @@ def plan_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, conf
     """(first, middle, last) stage layers of the plan the cost model scores for one
     ParallelConfig (what the launch flags and the report state)."""
     ph = run_phases(model, cluster, training, ConfigBatch.from_configs([config]))
-    first, last, middle = (int(g.layers[0]) for g in ph.plan.groups)
+    first, last, middle = (int(g.layers[0]) for g in ph.plan.groups[:3])
     return first, middle, last
 
 

@@ -815,6 +815,10 @@ class TrainingSpec:
     # MoE token dispatcher: alltoall (Megatron's default) | flex (DeepEP / HybridEP: a token
     # crosses to each remote host once, forwarded over NVLink there)
     moe_dispatcher: str = "alltoall"
+    # Megatron-Core's --pipeline-model-parallel-layout (costmodel.pipeline_layout): the layers,
+    # embedding, MTP and loss of every virtual stage; it fixes pp x vpp to its stage count.
+    # None: Megatron's default split (or stage_plan balanced)
+    pipeline_layout: str | None = None
     # torch.compile of the model (torchtitan's [compile] section): None = not stated (the
     # framework profile's fitted element-wise traffic, KernelCosts.elementwise_traffic); True:
     # Inductor fuses the norms, activations, rotary and torchao's float8 casts
@@ -840,6 +844,9 @@ class TrainingSpec:
                      "moe_cuda_graph", "moe_attention_graphed", "expandable_segments",
                      "fp8_dot_product_attention"):
             _set(self, name, _bool("training", name, getattr(self, name)))
+        if self.pipeline_layout is not None:
+            from costmodel.pipeline_layout import parse_layout
+            parse_layout(self.pipeline_layout)  # InputError on what Megatron cannot parse
         if self.torch_compile is not None:
             _set(self, "torch_compile", _bool("training", "torch_compile", self.torch_compile))
         _set(self, "framework", _choice("training", "framework", self.framework, FRAMEWORKS))

@@ -13,11 +13,12 @@ stage, loss stage, middle stages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from costmodel.layers import LayerCosts
+from costmodel.pipeline_layout import fits, rank_layout
 from costmodel.pricing import P2P, Axis, Kernel, price
 from costmodel.schedule import balanced_layers, stage_layers
 
@@ -50,6 +51,9 @@ class StageGroup:
     embedding: np.ndarray  # holds the word (and position) embedding
     head: np.ndarray  # holds the output layer, the final norm and the loss
     wins_time_ties: bool  # counts as the slowest stage when it ties with the slowest so far
+    # MTP modules on each of them (an explicit layout's ``m``; placed, not priced: the cost
+    # model does not score the MTP module, see costmodel.pipeline_layout)
+    mtp: np.ndarray | float = 0.0
 
     @property
     def present(self) -> np.ndarray:
@@ -79,7 +83,8 @@ class StagePlan:
 
 
 def stage_plan(num_layers: int, pp: np.ndarray, balanced: np.ndarray | None = None,
-               head=0.0, v_shape: np.ndarray | None = None, embedding=0.0) -> StagePlan:
+               head=0.0, v_shape: np.ndarray | None = None, embedding=0.0,
+               layout: str | None = None, v=None) -> StagePlan:
     """Megatron's split: even where pp divides the layers, else the middle stages hold
     ceil(L/pp) and the first and last share the rest (``schedule.stage_layers``). Where
     ``balanced`` (the ``stage_plan: balanced`` rows), the first and last stage's layers that
@@ -87,7 +92,15 @@ def stage_plan(num_layers: int, pp: np.ndarray, balanced: np.ndarray | None = No
     layers' worth of work (per configuration: the priced times over a layer's;
     ``schedule.balanced_layers``): a different plan of the same three groups. Where
     ``v_shape`` (ZB-V, DualPipeV: rank r holds chunks r and 2p - 1 - r), the embedding and
-    the loss both sit on rank 0; the last rank holds the V's turn."""
+    the loss both sit on rank 0; the last rank holds the V's turn.
+
+    ``layout``: an explicit Megatron pipeline layout (``TrainingSpec.pipeline_layout``,
+    :mod:`costmodel.pipeline_layout`) for the configurations whose pp x ``v`` (model chunks
+    per rank) equals its stages (the rules reject the others; they keep the split above):
+    every rank holds the layers of its chunks, the embedding rank 0, the loss rank pp - 1;
+    middle ranks with equal layers (and MTP modules) form one group each, in rank order,
+    represented by the first of them (the most micro-batches in flight). The plan then has
+    more than three groups; a configuration without the layout has none in the extra ones."""
     n_first, n_mid, n_last, ok = stage_layers(float(num_layers), pp)
     if balanced is not None and np.any(balanced):
         b_first, b_mid, b_last, _ = balanced_layers(float(num_layers), pp, head, embedding)
@@ -107,7 +120,54 @@ def stage_plan(num_layers: int, pp: np.ndarray, balanced: np.ndarray | None = No
     # (uneven split)
     middle = StageGroup("middle", np.minimum(1, pp - 1), np.maximum(pp - 2, 0), n_mid, no, no,
                         wins_time_ties=False)
+    if layout is not None:
+        use = fits(layout, pp, np.ones(pp.shape) if v is None else v)
+        if v_shape is not None:
+            use = use & ~v_shape
+        if use.any():
+            first, last, mids = _layout_groups(layout, pp, use, first, last, middle)
+            return StagePlan(pp, (first, last, *mids), ok | use, v_shape)
     return StagePlan(pp, (first, last, middle), ok, v_shape)
+
+
+def _layout_groups(layout: str, pp: np.ndarray, use: np.ndarray, first: StageGroup,
+                   last: StageGroup, middle: StageGroup):
+    """The first, last and middle-run groups of an explicit layout where ``use`` (the default
+    groups elsewhere), for every pp of the batch that uses it."""
+    per_pp = {}
+    for p in np.unique(pp[use]):
+        rl = rank_layout(layout, int(p))
+        runs: list[list] = []  # [first rank, count, layers, mtp]
+        for r in range(1, rl.pp - 1):
+            key = (rl.layers[r], rl.mtp[r])
+            if runs and (runs[-1][2], runs[-1][3]) == key:
+                runs[-1][1] += 1
+            else:
+                runs.append([r, 1, *key])
+        per_pp[int(p)] = (rl, runs)
+    k = max(1, max(len(runs) for _, runs in per_pp.values()))
+    zero_i = np.zeros(pp.shape, np.int64)
+    f_layers, l_layers = first.layers.astype(float).copy(), last.layers.astype(float).copy()
+    f_mtp, l_mtp = np.zeros(pp.shape), np.zeros(pp.shape)
+    mids = [[middle.index.copy(), middle.count.copy(), middle.layers.astype(float).copy(),
+             np.zeros(pp.shape)]] + [[zero_i.copy(), zero_i.copy(), np.zeros(pp.shape),
+                                      np.zeros(pp.shape)] for _ in range(k - 1)]
+    for p, (rl, runs) in per_pp.items():
+        sel = use & (pp == p)
+        f_layers[sel], f_mtp[sel] = rl.layers[0], rl.mtp[0]
+        if rl.pp > 1:
+            l_layers[sel], l_mtp[sel] = rl.layers[-1], rl.mtp[-1]
+        for j in range(k):
+            idx, cnt, lay, mt = (runs[j] if j < len(runs) else (min(1, rl.pp - 1), 0, 0, 0))
+            mids[j][0][sel], mids[j][1][sel], mids[j][2][sel], mids[j][3][sel] = \
+                idx, cnt, lay, mt
+    first = replace(first, layers=f_layers, mtp=f_mtp)
+    last = replace(last, layers=l_layers, mtp=l_mtp)
+    no = np.zeros(pp.shape, bool)
+    groups = tuple(StageGroup("middle" if j == 0 else f"middle{j + 1}", idx, cnt, lay, no, no,
+                              wins_time_ties=False, mtp=mt)
+                   for j, (idx, cnt, lay, mt) in enumerate(mids))
+    return first, last, groups
 
 
 def recomputed_layers(layers, n, v):

@@ -21,6 +21,7 @@ from costmodel.batch import ConfigBatch
 from costmodel.cp import cp_a2a_size
 from costmodel.errors import InputError
 from costmodel.nccl_grammar import COLLECTIVES, candidate_pairs, parse_nccl_setting
+from costmodel.pipeline_layout import fits, layout_stages
 from costmodel.schedule import balanced_layers, head_share, stage_layers
 from costmodel.specs import (
     PARALLEL_DIMENSIONS,
@@ -219,11 +220,29 @@ def _virtual_stages_divide_layers(ctx: Context, b: ConfigBatch) -> np.ndarray:
     # and last stage as E + 7 chunks of one): every middle stage needs v layers, the first and
     # the last v - 1
     v = b.virtual_stages
+    if ctx.training.pipeline_layout is not None:  # the layout's chunks: pipeline_layout_fits
+        return np.ones(len(b), bool)
     even = (b.stage_plan == StagePlanCode.DEFAULT) & _divides(ctx.model.num_layers, b.pp * v)
     first, mid, last, _ = plan_layers(ctx, b)
     plan_uneven = (first != last) | ((b.pp >= 3) & ((first != mid) | (last != mid)))
     uneven = plan_uneven & (first >= v - 1) & (last >= v - 1) & ((b.pp <= 2) | (mid >= v))
     return (v == 1) | even | uneven
+
+
+def _layout_chunks(b: ConfigBatch) -> np.ndarray:
+    return np.where((b.schedule == Schedule.INTERLEAVED) & (b.virtual_stages > 1),
+                    b.virtual_stages, 1)
+
+
+def _layout_fits(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    # an explicit pipeline layout (training.pipeline_layout) fixes pp x vpp to its stages
+    # (Megatron derives vpp = stages / pp); it is Megatron's default-plan replacement, so the
+    # balanced plan and the V-shaped schedules (two chunks of their own) do not take it
+    layout = ctx.training.pipeline_layout
+    if layout is None:
+        return np.ones(len(b), bool)
+    return (fits(layout, b.pp, _layout_chunks(b)) & (b.stage_plan == StagePlanCode.DEFAULT)
+            & (b.schedule < Schedule.ZB_V) & (b.pp > 1))
 
 
 def _balanced_plan_moves_layers(ctx: Context, b: ConfigBatch) -> np.ndarray:
@@ -577,6 +596,15 @@ VIRTUAL_STAGES_DIVIDE_LAYERS = Rule(
                                               "recompute"}),
     lambda c, r: f"num_layers/pp = {c.model.num_layers}/{r['pp']}, "
                  f"virtual_stages={r['virtual_stages']}, stage_plan={r['stage_plan']}")
+PIPELINE_LAYOUT_FITS = Rule(
+    "pipeline_layout_fits", "an explicit pipeline layout (training.pipeline_layout) needs "
+    "pp > 1, pp x virtual_stages equal to its stages, the default stage plan and a 1F1B or "
+    "interleaved schedule", _layout_fits,
+    frozenset({"pp", "virtual_stages", "schedule", "stage_plan"}),
+    lambda c, r: f"layout {c.training.pipeline_layout!r} "
+                 f"({layout_stages(c.training.pipeline_layout)} stages), pp={r['pp']}, "
+                 f"virtual_stages={r['virtual_stages']}, schedule={r['schedule']}, "
+                 f"stage_plan={r['stage_plan']}")
 BALANCED_PLAN_MOVES_LAYERS = Rule(
     "balanced_plan_moves_layers", "stage_plan balanced needs pp > 1 and a split other than "
     "the default (where no whole-layer move shortens the slowest stage the default split is "
@@ -684,7 +712,7 @@ EP_WITHIN_DOMAIN = Rule(
 
 ALL_RULES: tuple[Rule, ...] = (
     WORLD_SIZE, TP_DIVIDES_HEADS, TP_DIVIDES_FFN, TP_WITHIN_NODE, PP_SPLITS_LAYERS,
-    BATCH_DIVISIBLE, INTERLEAVED_NEEDS_PP, VIRTUAL_STAGES_DIVIDE_LAYERS,
+    BATCH_DIVISIBLE, INTERLEAVED_NEEDS_PP, VIRTUAL_STAGES_DIVIDE_LAYERS, PIPELINE_LAYOUT_FITS,
     BALANCED_PLAN_MOVES_LAYERS, ZERO_BUBBLE_NEEDS_PP, V_SCHEDULE_CHUNKS,
     INTERLEAVED_MICROBATCHES, SP_NEEDS_TP, FP8_HARDWARE, FP8_ALIGNMENT, PRECISION_HARDWARE,
     ZERO3_NO_PP, ZERO_NEEDS_DP, TORCHTITAN_EXPRESSES, NCCL_GATES, CP_WITHIN_WORLD, CP_SPLITS_SEQUENCE,

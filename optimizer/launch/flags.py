@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.errors import InputError
+from costmodel.pipeline_layout import check_layout, rank_layout, without_mtp
 from costmodel.schedule import pipeline_layout, stage_layers
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from optimizer.launch.model_facts import model_facts
@@ -281,7 +282,15 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     ]
     split = _uneven_split(model, config, training, cluster)
     uneven_chunks = config.stage_plan == "balanced" and _chunks_uneven(model, config)
-    if _interleaved(config) and (split is not None or uneven_chunks):
+    layout = training.pipeline_layout if training is not None else None
+    if layout is not None:
+        check_layout(layout, model.num_layers, model.moe.mtp_layers if model.moe else 0)
+        rank_layout(layout, config.pp)  # InputError where pp does not divide its stages
+    if layout is not None and config.pp > 1:
+        # the explicit layout as scored (its MTP modules left out: the flags do not launch
+        # the MTP module, optimizer/launch/moe_flags.py); Megatron derives vpp from it
+        a += ["--pipeline-model-parallel-layout", without_mtp(layout)]
+    elif _interleaved(config) and (split is not None or uneven_chunks):
         # an uneven plan in chunks (or stages whose layers the chunks do not divide evenly:
         # the rules' FLOP-based balanced plan can differ from the scored, time-based one,
         # which may keep the default split): the pipeline layout
@@ -966,6 +975,9 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
                      + ("; torchtitan has no single-stage ZB-H1 (its overrides say 1F1B)"
                         if config.schedule == "zb-h1" else ""))
         split = _uneven_split(model, config, training, cluster)
+        if training is not None and training.pipeline_layout is not None:
+            split = None  # the explicit layout: _layout_gap says what builds it
+            w += _layout_gap(training, config)
         if split is not None:
             megatron = ("--pipeline-model-parallel-layout (the interleaved chunks)"
                         if _interleaved(config) else
@@ -1015,6 +1027,17 @@ def unexpressed(model: ModelSpec) -> list[str]:
     return r
 
 
+def _layout_gap(training: TrainingSpec | None, config: ParallelConfig) -> list[str]:
+    """An explicit pipeline layout (``training.pipeline_layout``) only Megatron's
+    ``--pipeline-model-parallel-layout`` builds: torchtitan's and Megatron-DeepSpeed's split
+    flags build their own split of the layers."""
+    if training is None or training.pipeline_layout is None or config.pp < 2:
+        return []
+    return [f"the pipeline layout {training.pipeline_layout!r} is Megatron's "
+            "--pipeline-model-parallel-layout: torchtitan's and Megatron-DeepSpeed's flags "
+            "build their own split of the layers, not the scored one"]
+
+
 def definition_gaps(model: ModelSpec) -> list[str]:
     """Model-definition features the cost model counts that no target's artefacts build
     (every target is then not faithful): other than two norms per layer."""
@@ -1034,9 +1057,10 @@ def launch_targets(model: ModelSpec, config: ParallelConfig, training: TrainingS
     common = unexpressed(model)
     gaps = definition_gaps(model)
     mr_list = ([] if mr is None else [mr]) + gaps
-    ds = deepspeed_refusal(config) + common + gaps
+    layout = _layout_gap(training, config)
+    ds = deepspeed_refusal(config) + common + gaps + layout
     tt = torchtitan_refusal(model, config) + _torchtitan_chunk_gap(model, config, training,
-                                                                   cluster) + gaps
+                                                                   cluster) + gaps + layout
     return {
         "megatron": {"target": MEGATRON_TARGET, "script": megatron_script(model),
                      "supported": not mr_list, "reasons": mr_list},

@@ -265,7 +265,8 @@ def plan_layers_of(problem, c) -> tuple[int, int, int, bool]:
     pp = np.array([c.pp])
     head = head_share(model, training.seq_length, np.array([c.recompute]))
     moves = bool(balanced_layers(model.num_layers, pp, head)[3][0])
-    if c.stage_plan == "balanced":
+    if c.stage_plan == "balanced" or training.pipeline_layout is not None:
+        # the scored plan (an explicit layout: its first rank, first middle run and last rank)
         return (*plan_of(model, problem.cluster, training, c), moves)
     first, mid, last, _ = stage_layers(model.num_layers, pp)
     return int(first[0]), int(mid[0]), int(last[0]), moves
@@ -282,10 +283,12 @@ def _stage_plan(problem, c, metrics) -> Finding | None:
     first, mid, last, moves = plan_layers_of(problem, c)
     head = float(head_share(model, training.seq_length, c.recompute))
     middle = f", {mid} x {c.pp - 2}" if c.pp >= 3 else ""
-    text = (f"stage plan {c.stage_plan}: {first}{middle}, {last} layers (LM head "
+    name = (f"layout {training.pipeline_layout}" if training.pipeline_layout is not None
+            else c.stage_plan)
+    text = (f"stage plan {name}: {first}{middle}, {last} layers (LM head "
             f"{head:.2f} layers' worth of FLOPs on the last); slowest stage "
             f"{metrics.get('stage_imbalance', 1.0) - 1:.1%} above the mean")
-    if c.stage_plan == "default":
+    if c.stage_plan == "default" and training.pipeline_layout is None:
         text += ("; stage_plan balanced moves layers off the last stage" if moves else
                  "; already balanced: no whole-layer move off the last stage shortens the "
                  "slowest one")

@@ -72,8 +72,10 @@ Mapping (``../shared/validation/README.md``, followed exactly)
 - Skipped, each with a reason (``--verbose`` lists them; ``skip_counts`` counts them per
   class and file): hybrid Mamba models; mixture-of-experts models (a ``model.moe`` block,
   more than one expert, ep > 1, or a Mixtral / MoE name, without a complete ``model.moe``
-  block; issue 22); an explicit pipeline layout (``recipe_hint.pp_layout``, which the stage
-  plans do not express) or interleaving no layout gives every chunk a layer (issue 21); a
+  block; issue 22); an explicit pipeline layout (``recipe_hint.pp_layout``, scored as
+  ``TrainingSpec.pipeline_layout``: :func:`pipeline_layout_of`) that Megatron's checks refuse
+  for the model or the entry's pp x vpp; interleaving no layout gives every chunk a layer
+  (issue 21); a
   partial recompute or offload without its count or method; ``layout_complete: false``;
   incomplete layout or model shape, heads (or KV heads) not divisible by tp, GPU count !=
   tp*cp*pp*dp, global batch not a multiple of micro_batch x dp, unknown GPU, no measured step
@@ -1113,6 +1115,32 @@ def moe_attention_graphed(par: Mapping[str, Any]) -> bool:
     return any(str(x).lower() == "attn" for x in scope)
 
 
+def pipeline_layout_of(par: Mapping[str, Any], spec: ModelSpec, pp: int, vpp: int
+                       ) -> str | None:
+    """The recipe's explicit pipeline layout (``recipe_hint.pp_layout``, Megatron's
+    ``--pipeline-model-parallel-layout``) after Megatron's checks against the model and the
+    entry's pp x vpp; SkipEntry where it does not fit them."""
+    text = _hint(par).get("pp_layout")
+    if not text:
+        return None
+    from costmodel.pipeline_layout import check_layout, rank_layout, without_mtp
+    mtp = spec.moe.mtp_layers if spec.moe is not None else 0
+    text = str(text)
+    if not mtp and "m" in text:
+        # the entries' model blocks state no MTP module (DeepSeek-V3's is prose), and no row
+        # prices one: the layout is scored with its stages' MTP modules left out
+        text = without_mtp(text)
+    try:
+        stages = check_layout(text, spec.num_layers, mtp)
+        if len(stages) != pp * max(vpp, 1):
+            raise InputError("recipe_hint.pp_layout", f"{text!r} has {len(stages)} stages; "
+                             f"pp x vpp = {pp * max(vpp, 1)}")
+        rank_layout(text, pp)
+    except InputError as e:
+        raise SkipEntry(f"pipeline layout rejected: {e}") from None
+    return text
+
+
 def moe_dispatcher_of(par: Mapping[str, Any]) -> str:
     """``flex`` where the recipe names a flex dispatcher backend (``recipe_hint``
     ``moe_flex_dispatcher_backend``: deepep / hybridep), else Megatron's ``alltoall``."""
@@ -1166,9 +1194,6 @@ def not_modelled(entry: Mapping[str, Any], model: Mapping[str, Any],
         moe = f"model.moe: {model['moe'].get('num_experts', '?')} experts"
     if moe and not (moe_block(model) and not out):  # a complete MoE block is modelled
         out.append(f"{SKIP_MOE} ({moe})")
-    hint = _hint(par)
-    if hint.get("pp_layout"):
-        out.append(f"uneven pipeline layout {hint['pp_layout']!r}: not modelled yet (issue 21)")
     return out
 
 
@@ -1314,7 +1339,8 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
         recompute = recompute_of(par, model, nemo=nemo or runs_mlperf_llama_impl(group, par))
         zero = zero_of(par, nemo=nemo or runs_nvidia_mlperf_impl(
             group, (entry.get("hardware") or {}).get("gpu")))
-    if vpp > 1 and spec.num_layers % (pp * vpp) and not _uneven_interleaves(spec, pp, vpp):
+    if vpp > 1 and spec.num_layers % (pp * vpp) and not _uneven_interleaves(spec, pp, vpp) \
+            and not _hint(par).get("pp_layout"):  # an explicit layout: pipeline_layout_of
         raise SkipEntry(f"uneven interleaved split: {spec.num_layers} layers on pp {pp} x vpp "
                         f"{vpp} chunks: no pipeline layout gives every chunk a layer")
     sp = _bool_field(par.get("sequence_parallel"))
@@ -1370,7 +1396,8 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             fp8_dot_product_attention=_bool_field(_hint(par).get(
                                 "fp8_dot_product_attention")) is True and precision == "fp8",
                             moe_dispatcher=moe_dispatcher_of(par) if moe is not None
-                            else "alltoall")
+                            else "alltoall",
+                            pipeline_layout=pipeline_layout_of(par, spec, pp, vpp))
 
     step, src = measured_step_time(measured, derived, training.tokens_per_step, world,
                                    include_derived=include_derived, global_batch=gbs)
