@@ -15,13 +15,18 @@ from typing import Any
 
 from costmodel.errors import InputError
 
-__all__ = ["plot_front", "front_points", "layout_label"]
+__all__ = ["plot_front", "front_points", "layout_family", "layout_label"]
 
 GIB = 1024**3
 FRONT_COLOUR = "#1f77b4"
 RECOMMENDED_COLOUR = "#d62728"
 LIMIT_COLOUR = "#d62728"
 OTHER_COLOUR = "#b0b0b0"
+# one colour per layout family (red stays the recommendation's and the limit's)
+FAMILY_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
+                  "#e377c2", "#7f7f7f", "#bcbd22")
+LABEL_OFFSETS_PT = ((-5, 5, "right", "bottom"), (5, 5, "left", "bottom"),
+                    (-5, -5, "right", "top"), (5, -5, "left", "top"))
 # Optional key of a front document with more scored points (not emitted today): a list of
 # candidates ({"metrics": {...}}) or of {"peak_memory_bytes", "tokens_per_s"} mappings.
 SCORED_KEY = "scored_points"
@@ -34,13 +39,26 @@ def layout_label(config: Mapping[str, Any]) -> str:
     extra = []
     if config.get("schedule") == "interleaved":
         extra.append(f"interleaved/{config.get('virtual_stages', 1)}")
-    if config.get("recompute", "none") != "none":
-        extra.append(f"{config['recompute']} recompute")
+    rc = config.get("recompute", "none")
+    if rc != "none":
+        n = int(config.get("recompute_num_layers", 0) or 0)
+        mods = config.get("recompute_modules") or "core_attn"
+        extra.append(f"full recompute ({n} layers per chunk)" if rc == "full" and n > 0
+                     else f"selective recompute ({mods})" if rc == "selective"
+                     and mods != "core_attn" else f"{rc} recompute")
     if config.get("sequence_parallel") and config.get("tp", 1) > 1:
         extra.append("SP")
     if config.get("zero_stage", 0):
         extra.append(f"ZeRO-{config['zero_stage']}")
     return " ".join(parts) + (("\n" + ", ".join(extra)) if extra else "")
+
+
+def layout_family(config: Mapping[str, Any]) -> str:
+    """The parallelism a layout combines beyond data parallelism: ``TP+PP``, ``TP+CP+EP``,
+    ... (``DP only`` when it has none): the front's points are coloured by it."""
+    axes = [name for name, key in (("TP", "tp"), ("PP", "pp"), ("CP", "cp"), ("EP", "ep"))
+            if int(config.get(key, 1) or 1) > 1]
+    return "+".join(axes) if axes else "DP only"
 
 
 def _xy(point: Mapping[str, Any]) -> tuple[float, float] | None:
@@ -123,13 +141,14 @@ def _render(doc: Mapping[str, Any]):
     sx, sy = _staircase(pts)
     ax.plot(sx, sy, drawstyle="default", color=FRONT_COLOUR, linewidth=1.6, alpha=0.8,
             zorder=2)
-    ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=46, color=FRONT_COLOUR,
-               edgecolor="white", linewidth=0.8, zorder=3,
-               label=f"Pareto front ({len(pts)} configurations)")
+    front = doc["pareto_front"]
+    families: dict[str, list[tuple[float, float, int]]] = {}
     for x, y, i in pts:
-        # Above-left of a front point is empty (anything there would dominate it).
-        ax.annotate(f"#{i}", (x, y), textcoords="offset points", xytext=(-5, 5),
-                    ha="right", va="bottom", fontsize=8, color="#444444")
+        families.setdefault(layout_family(front[i].get("config") or {}), []).append((x, y, i))
+    for k, (fam, members) in enumerate(sorted(families.items(), key=lambda kv: -len(kv[1]))):
+        ax.scatter([p[0] for p in members], [p[1] for p in members], s=46,
+                   color=FAMILY_COLOURS[k % len(FAMILY_COLOURS)], edgecolor="white",
+                   linewidth=0.8, zorder=3, label=f"Pareto front, {fam} ({len(members)})")
 
     inp = doc.get("inputs", {})
     limit = inp.get("memory_limit_bytes")
@@ -186,7 +205,76 @@ def _render(doc: Mapping[str, Any]):
     ax.grid(True, color="#e5e5e5", linewidth=0.8, zorder=0)
     ax.set_axisbelow(True)
     ax.legend(loc="upper right", fontsize=9, framealpha=0.95)
+    _label_points(fig, ax, pts)
     return fig
+
+
+def _overlaps(box, boxes) -> bool:
+    return any(box.overlaps(b) for b in boxes)
+
+
+def _label_points(fig, ax, pts: Sequence[tuple[float, float, int]]) -> list:
+    """Label every front point with its index, no two labels overlapping: each label tries
+    the corners around its point (above-left first: nothing can lie there on a maximise-y /
+    minimise-x front, since it would dominate the point), and a point whose every corner is
+    taken joins the label it collides with (``#9,#10``). Positions are measured on the laid-out
+    figure (the renderer's text extents), so the rule holds at the size it is saved at."""
+    fig.draw_without_rendering()  # fixes the constrained layout, hence the transforms
+    renderer = fig.canvas.get_renderer()
+    placed: list = []  # (annotation, [indices])
+    point_boxes = []
+    for x, y, _ in pts:  # the markers themselves: labels keep off them (46 pt^2 ~ 7 pt wide)
+        cx, cy = ax.transData.transform((x, y))
+        r = 3.5 * fig.dpi / 72.0
+        from matplotlib.transforms import Bbox
+
+        point_boxes.append(Bbox.from_extents(cx - r, cy - r, cx + r, cy + r))
+    own = {i: k for k, (_, _, i) in enumerate(pts)}  # a label must sit nearest its point
+    for x, y, i in sorted(pts, key=lambda p: (-p[1], p[0])):  # the faster first
+        done = False
+        for dx, dy, ha, va in LABEL_OFFSETS_PT:
+            ann = ax.annotate(f"#{i}", (x, y), textcoords="offset points", xytext=(dx, dy),
+                              ha=ha, va=va, fontsize=8, color="#444444", zorder=4)
+            box = ann.get_window_extent(renderer)
+            if not _overlaps(box, [a.get_window_extent(renderer) for a, _ in placed]) \
+                    and not _overlaps(box, point_boxes) \
+                    and _nearest(box, point_boxes) == own[i]:
+                placed.append((ann, [i]))
+                done = True
+                break
+            ann.remove()
+        if done:
+            continue
+        # every corner collides: join the label nearest to the point's first choice
+        ann = ax.annotate(f"#{i}", (x, y), textcoords="offset points", xytext=(-5, 5),
+                          ha="right", va="bottom", fontsize=8)
+        box = ann.get_window_extent(renderer)
+        ann.remove()
+        hits = [k for k, (a, _) in enumerate(placed) if box.overlaps(a.get_window_extent(
+            renderer))] or [min(range(len(placed)), key=lambda k: _distance(
+                placed[k][0].get_window_extent(renderer), box))]
+        a, idx = placed[hits[0]]
+        idx.append(i)
+        a.set_text(",".join(f"#{j}" for j in sorted(idx)))
+    return [a for a, _ in placed]
+
+
+def _nearest(box, point_boxes) -> int:
+    """The point (index into ``point_boxes``) nearest to a label box's centre, measured to
+    the label's closest edge, so the reader ties the label to it."""
+    cx = min(max((box.x0 + box.x1) / 2, box.x0), box.x1)
+
+    def gap(b):
+        px, py = (b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2
+        dx = max(box.x0 - px, 0.0, px - box.x1)
+        dy = max(box.y0 - py, 0.0, py - box.y1)
+        return (dx * dx + dy * dy, abs(px - cx))
+
+    return min(range(len(point_boxes)), key=lambda k: gap(point_boxes[k]))
+
+
+def _distance(a, b) -> float:
+    return abs(a.x0 - b.x0) + abs(a.y0 - b.y0)
 
 
 def plot_front(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:

@@ -49,6 +49,65 @@ def test_plot_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
     assert "pip install 'paraplan[plot]'" in err
 
 
+def _crowded_front(front_doc):
+    """The 65b front plus near-duplicates of its points (0.02 GiB, 0.1% apart) and a point of
+    another layout family: labels must move or merge."""
+    import copy
+
+    doc = copy.deepcopy(front_doc)
+    extra = []
+    for p in doc["pareto_front"][:4]:
+        q = copy.deepcopy(p)
+        q["metrics"]["peak_memory_bytes"] += 0.02 * 1024**3
+        q["metrics"]["tokens_per_s"] *= 0.999
+        extra.append(q)
+    fam = copy.deepcopy(doc["pareto_front"][-1])
+    fam["config"].update(tp=1, pp=1, cp=1, ep=1, dp=16)
+    fam["metrics"]["peak_memory_bytes"] -= 1024**3
+    doc["pareto_front"] += extra + [fam]
+    return doc
+
+
+def test_plot_labels_do_not_overlap_and_families_have_colours(front_doc):
+    """Every front index is labelled exactly once, no two labels overlap and none covers a
+    marker (measured on the laid-out figure); the points are coloured by layout family, one
+    legend entry each (issue 25: the PNG's labels overlapped, one colour for all)."""
+    pytest.importorskip("matplotlib", reason="the plot needs the plot extra")
+    from optimizer.output.plot import _render, layout_family
+
+    doc = _crowded_front(front_doc)
+    fig = _render(doc)
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    labels = [t for t in ax.texts if t.get_text().startswith("#")]
+    seen = [int(x[1:]) for t in labels for x in t.get_text().split(",")]
+    assert sorted(seen) == list(range(len(doc["pareto_front"])))
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    assert not any(a.overlaps(b) for k, a in enumerate(boxes) for b in boxes[k + 1:])
+    assert any("," in t.get_text() for t in labels) or len(labels) == len(seen)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    fams = {layout_family(p["config"]) for p in doc["pareto_front"]}
+    assert fams == {"TP+PP", "DP only"}
+    for f in fams:
+        assert any(f"Pareto front, {f} (" in t for t in legend)
+    colours = {tuple(c.get_facecolor()[0]) for c in ax.collections if len(c.get_offsets())
+               and c.get_label().startswith("Pareto front")}
+    assert len(colours) == 2
+
+
+def test_layout_family_and_label_name_the_layout():
+    from optimizer.output.plot import layout_family, layout_label
+
+    assert layout_family({"tp": 1, "pp": 1, "dp": 8}) == "DP only"
+    assert layout_family({"tp": 8, "pp": 2, "cp": 2, "ep": 1}) == "TP+PP+CP"
+    assert layout_family({"tp": 1, "pp": 4, "ep": 8}) == "PP+EP"
+    cfg = {"tp": 4, "pp": 4, "dp": 1, "micro_batch_size": 1, "recompute": "full",
+           "recompute_num_layers": 8, "sequence_parallel": True}
+    assert "full recompute (8 layers per chunk)" in layout_label(cfg)
+    cfg.update(recompute="selective", recompute_modules="mlp", recompute_num_layers=0)
+    assert "selective recompute (mlp)" in layout_label(cfg)
+
+
 def test_staircase_is_the_attainable_throughput():
     from optimizer.output.plot import _staircase
 
