@@ -139,11 +139,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     layer = accumulate_gradients(layer, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
     head, emb = _end_shares(layer)
-    if training.pipeline_layout is not None:  # Megatron's checks against the model
-        check_layout(training.pipeline_layout, model.num_layers,
-                     model.moe.mtp_layers if model.moe is not None else 0)
-    plan = stage_plan(model.num_layers, batch.pp, batch.stage_plan == StagePlanCode.BALANCED,
-                      head, np.isin(sched, V_SHAPED), emb, training.pipeline_layout, v)
+    plan = _stage_plan(model, training, batch, head, emb, v)
     # Megatron-Core's interleaved schedule overlaps p2p with the next chunk's compute
     # (--overlap-p2p-communication, on by default since 2023): the share overlap hides
     p2p_exposed = np.where(training.overlap_p2p_comm & (v > 1), 1.0 - eff.overlap_hidden, 1.0)
@@ -173,6 +169,16 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                             m, peak, eff, n_gpus, ref, partial=partial)
     return Phases(fw, groups, shard, sharded, layer, distinct, plan, pipe, st, timeline, steady,
                   params, dp, mem, scores)
+
+
+def _stage_plan(model: ModelSpec, training: TrainingSpec, batch: ConfigBatch, head, emb, v):
+    """The layers per pipeline stage (costmodel.stages.stage_plan): an explicit layout after
+    Megatron's checks against the model, else the default or balanced split."""
+    if training.pipeline_layout is not None:
+        check_layout(training.pipeline_layout, model.num_layers,
+                     model.moe.mtp_layers if model.moe is not None else 0)
+    return stage_plan(model.num_layers, batch.pp, batch.stage_plan == StagePlanCode.BALANCED,
+                      head, np.isin(batch.schedule, V_SHAPED), emb, training.pipeline_layout, v)
 
 
 def _profiles(cluster: ClusterSpec, training: TrainingSpec, efficiency, framework):
