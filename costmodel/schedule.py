@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from costmodel.pipeline_layout import write_layout
 from costmodel.specs import Schedule
 
 GPIPE, ONE_F_ONE_B, INTERLEAVED = Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED
@@ -230,28 +231,10 @@ def pipeline_layout(first: int, mid: int, last: int, pp: int, v: int) -> str:
     stages = []
     for a in range(v):
         for b in range(pp):
-            k = chunks[b][a]
-            s = f"t*{k}" if k >= 3 else "t" * k
+            s = "t" * chunks[b][a]
             if a == 0 and b == 0:
                 s = "E" + s
             if a == v - 1 and b == pp - 1:
                 s = s + "L"
             stages.append(s)
-    # runs of equal stages in Megatron's repetition grammar: (s|)*n
-    runs: list[list] = []
-    for st in stages:
-        if runs and runs[-1][0] == st:
-            runs[-1][1] += 1
-        else:
-            runs.append([st, 1])
-    out = []
-    for i, (st, n) in enumerate(runs):
-        last_run = i == len(runs) - 1
-        rep = n - 1 if last_run else n
-        if rep >= 2:
-            out.append(f"({st}|)*{rep}")
-        elif rep == 1:
-            out.append(f"{st}|")
-        if last_run:
-            out.append(st)
-    return "".join(out)
+    return write_layout(stages)  # Megatron's repetition grammar: t*n, (s|)*n

@@ -84,18 +84,23 @@ def test_trace_tp_rows_carry_the_activation_size_and_group(problem):
     assert p2p.nbytes == act / config.tp  # Megatron's scatter/gather
 
 
-def test_trace_layer_rows_add_up_to_the_layer_passes(problem):
-    config = CONFIGS[1]
-    tr = trace(problem.model, problem.cluster, problem.training, config)
+def _layer_costs(problem, config):
+    """layer_costs of one configuration, as score() prices its layer."""
+    from costmodel.calibration import efficiency_for
+
     batch = ConfigBatch.from_configs([config])
     groups = resolve_groups(problem.cluster, batch.tp, batch.pp, batch.dp)
     comm = Collectives(nccl_system(problem.cluster), batch, groups.layout)
-    from costmodel.calibration import efficiency_for
+    return layer_costs(problem.model, problem.training,
+                       efficiency_for(problem.cluster.gpu.compute_capability),
+                       FRAMEWORKS[problem.training.framework], problem.cluster.gpu, comm,
+                       batch, groups.tp_nodes)
 
-    costs = layer_costs(problem.model, problem.training,
-                        efficiency_for(problem.cluster.gpu.compute_capability),
-                        FRAMEWORKS[problem.training.framework], problem.cluster.gpu, comm,
-                        batch, groups.tp_nodes)
+
+def test_trace_layer_rows_add_up_to_the_layer_passes(problem):
+    config = CONFIGS[1]
+    tr = trace(problem.model, problem.cluster, problem.training, config)
+    costs = _layer_costs(problem, config)
     for pass_, want in ((FORWARD, costs.forward_s[0]), (BACKWARD, costs.backward_s[0])):
         rows = [o for o in tr.ops if o.block == "layer" and o.pass_ == pass_]
         assert sum(o.count * o.time_s for o in rows) == pytest.approx(want, rel=1e-12)
@@ -124,19 +129,12 @@ def test_trace_recompute_rows_are_what_the_scorer_charges(problem, recompute):
     """Full recompute re-runs every forward row of the layer (listed again in the recompute
     pass; before, the trace listed only the attention core's selective row, under every
     recompute mode); selective lists its own rows; none lists no layer recompute at all."""
-    from costmodel.calibration import efficiency_for
     from costmodel.layers import RECOMPUTE
 
     config = ParallelConfig(tp=4, pp=2, dp=2, micro_batch_size=1, recompute=recompute,
                             sequence_parallel=True, zero_stage=1)
     tr = trace(problem.model, problem.cluster, problem.training, config)
-    batch = ConfigBatch.from_configs([config])
-    groups = resolve_groups(problem.cluster, batch.tp, batch.pp, batch.dp)
-    comm = Collectives(nccl_system(problem.cluster), batch, groups.layout)
-    costs = layer_costs(problem.model, problem.training,
-                        efficiency_for(problem.cluster.gpu.compute_capability),
-                        FRAMEWORKS[problem.training.framework], problem.cluster.gpu, comm,
-                        batch, groups.tp_nodes)
+    costs = _layer_costs(problem, config)
     rows = [o for o in tr.ops if o.block == "layer" and o.pass_ == RECOMPUTE]
     assert sum(o.count * o.time_s for o in rows) == pytest.approx(costs.recompute_s[0],
                                                                   rel=1e-12)
