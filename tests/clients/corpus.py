@@ -118,6 +118,9 @@ SCENARIOS: tuple[Scenario, ...] = (
       {**_T4K, "framework": "torchtitan"}, tp=8, pp=4, dp=2, zero_stage=3,
       schedule="interleaved", virtual_stages=2, sequence_parallel=True, recompute="full",
       recompute_num_layers=4),
+    S("llama3-70b-titan-partial-pp6-uneven", "llama3-70b", "h100", 6,
+      {**_T4K, "framework": "torchtitan", "global_batch_size": 252}, tp=8, pp=6,
+      recompute="full", recompute_num_layers=8),
     # selective recompute by modules (Megatron-Core --recompute-modules)
     S("llama3-70b-sel-mlp", "llama3-70b", "h100", 8, _T4K, tp=8, pp=4, dp=2,
       sequence_parallel=True, recompute="selective", recompute_modules="mlp"),
