@@ -428,8 +428,9 @@ RECOMPUTE_NUM_LAYERS = (0, 1, 2, 4, 8)
 
 def default_recompute_num_layers(model: Any, cluster: Any, training: Any) -> list[int]:
     """0 (every layer with full recompute) and 1, 2, 4, 8 recomputed layers per model chunk
-    (partial recompute, framework megatron), below the layers per stage."""
-    if training.framework != "megatron":
+    (partial recompute, framework megatron, or torchtitan through its config module's
+    PartialFullAC), below the layers per stage."""
+    if training.framework not in ("megatron", "torchtitan"):
         return [0]
     return [n for n in RECOMPUTE_NUM_LAYERS if n < model.num_layers]
 

@@ -303,10 +303,13 @@ def _zero3_no_pp(ctx: Context, b: ConfigBatch) -> np.ndarray:
 def _partial_recompute(ctx: Context, b: ConfigBatch) -> np.ndarray:
     # Megatron-Core --recompute-method block --recompute-num-layers N (full granularity only):
     # N of each model chunk's layers are recomputed, so N must leave a chunk some layers of
-    # its own (N at or over the chunk is plain full recompute, --recompute-method uniform)
+    # its own (N at or over the chunk is plain full recompute, --recompute-method uniform).
+    # torchtitan: the config module's PartialFullAC checkpoints the first N blocks of each
+    # pipeline model part (optimizer.launch.flags.torchtitan_config_source), the same layers
     n = b.recompute_num_layers
     chunk = np.ceil(ctx.model.num_layers / (b.pp * b.virtual_stages))
-    return (n == 0) | ((b.recompute == 2) & (n < chunk) & (ctx.training.framework == "megatron"))
+    return (n == 0) | ((b.recompute == 2) & (n < chunk)
+                       & (ctx.training.framework in ("megatron", "torchtitan")))
 
 
 def _activation_offload(ctx: Context, b: ConfigBatch) -> np.ndarray:
@@ -645,7 +648,8 @@ ZERO3_NO_PP = Rule(
                  f"framework={c.training.framework}")
 PARTIAL_RECOMPUTE = Rule(
     "partial_recompute", "recompute_num_layers > 0 (Megatron-Core's block method) needs "
-    "recompute full, framework megatron, and fewer layers than a model chunk holds",
+    "recompute full, framework megatron or torchtitan, and fewer layers than a model chunk "
+    "holds",
     _partial_recompute, frozenset({"recompute_num_layers", "recompute", "pp",
                                    "virtual_stages"}),
     lambda c, r: f"recompute={r['recompute']}, recompute_num_layers="

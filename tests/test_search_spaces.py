@@ -347,6 +347,9 @@ def test_default_space_issue21_levers() -> None:
     # DeepSpeed has no partial recompute (Megatron-Core's block method)
     ds = default_space(l405, h100, TrainingSpec(8192, 2048, framework="deepspeed"))
     assert ds.recompute_num_layers == (0,)
+    # torchtitan has it (its config module's PartialFullAC)
+    tt = default_space(l405, h100, TrainingSpec(8192, 2048, framework="torchtitan"))
+    assert tt.recompute_num_layers == (0, 1, 2, 4, 8)
     # the balanced stage plan and every v are searched; the article case's balanced plan
     # is valid (LLaMA-65B, PP4 TP4 on 16 A100)
     ctx = Context(LLAMA_65B, cluster(nodes=2), TrainingSpec(2048, 1024))

@@ -635,7 +635,11 @@ def torchtitan_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     pipeline microbatches of ``micro_batch_size``; without PP, ``local_batch_size`` =
     ``micro_batch_size`` and torchtitan accumulates gbs/(mbs*dp) steps. Booleans use tyro's
     paired form (``--x`` / ``--no_x``); the activation-checkpoint policy is a subcommand
-    (``activation_checkpoint:full`` / ``:none``), last.
+    (``activation_checkpoint:full`` / ``:none``), last, except partial full recompute
+    (``recompute_num_layers`` N > 0), which no subcommand offers (torchtitan's
+    ``ActivationCheckpointingConfig`` union: selective, full, memory-budget, none): the config
+    module sets its ``PartialFullAC`` (the first N blocks of each model chunk) and the
+    arguments name no policy, so ConfigManager keeps that default.
     """
     job_shape(cluster, config)
     m = _microbatches(training, config)
@@ -687,10 +691,17 @@ def torchtitan_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         a += ["--training.mixed_precision_param", "bfloat16"]
     elif config.precision in ("fp32", "tf32"):
         a += ["--training.mixed_precision_param", "float32"]
-    a.append("activation_checkpoint:" + ("full" if config.recompute == "full" else
-                                         "selective" if config.recompute == "selective"
-                                         else "none"))
+    if not _torchtitan_partial(config):  # partial: the config module's PartialFullAC
+        a.append("activation_checkpoint:" + ("full" if config.recompute == "full" else
+                                             "selective" if config.recompute == "selective"
+                                             else "none"))
     return a
+
+
+def _torchtitan_partial(config: ParallelConfig) -> int:
+    """Blocks per model chunk the config module's ``PartialFullAC`` checkpoints (partial
+    full recompute, ``recompute_num_layers``); 0 where the CLI's policy is the scored one."""
+    return config.recompute_num_layers if config.recompute == "full" else 0
 
 
 _TT_SOURCE = '''"""torchtitan 0.3 config registry written by paraplan: {name} as scored.
@@ -698,7 +709,10 @@ _TT_SOURCE = '''"""torchtitan 0.3 config registry written by paraplan: {name} as
 Save as {module}.py on PYTHONPATH and run
   torchrun ... -m torchtitan.train --module {module} --config {config} <torchtitan_args>
 """
+from dataclasses import dataclass
+
 from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+from torchtitan.distributed.activation_checkpoint import FullAC, _disable_dynamo_lru_cache
 from torchtitan.distributed.pipeline_parallel import pipeline_llm
 from torchtitan.models import llama3 as L3
 from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
@@ -708,6 +722,27 @@ from torchtitan.protocols.model_spec import ModelSpec
 
 MODEL = {model!r}
 FLOAT8 = {float8!r}
+RECOMPUTE_NUM_LAYERS = {recompute_num_layers!r}  # 0: the AC policy the CLI names
+
+
+class PartialFullAC(FullAC):
+    """Partial full recompute, Megatron-Core's --recompute-method block
+    --recompute-num-layers N: FullAC's checkpoint wrapper on the first N transformer blocks
+    of the model it is applied to, the others keep their activations. pipeline_llm applies
+    the policy to each pipeline stage's model part (parallelize_fn per model chunk), so
+    that is the first N blocks of every model chunk, as Megatron-Core recomputes them."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(FullAC.Config):
+        num_layers: int = 1
+        """Blocks checkpointed at the start of each model part."""
+
+    def apply(self, model):
+        _disable_dynamo_lru_cache()
+        layers = model.get_submodule("layers")
+        for layer_id, block in list(layers.named_children())[:self.config.num_layers]:
+            layers.register_module(layer_id,
+                                   self._wrap_block(block, base_fqn=f"layers.{{layer_id}}"))
 
 
 def _model():
@@ -746,6 +781,11 @@ def {config}():
     config.model_spec = _model()
     config.loss = ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(
         global_vocab_size=decoder_vocab_size(config.model_spec)))
+    if RECOMPUTE_NUM_LAYERS:
+        # no activation_checkpoint subcommand selects a policy of the module's own (the CLI
+        # offers selective, full, memory-budget and none): the arguments name none, and
+        # tyro keeps this default
+        config.activation_checkpoint = PartialFullAC.Config(num_layers=RECOMPUTE_NUM_LAYERS)
     return config
 '''
 
@@ -770,10 +810,13 @@ def torchtitan_config_source(model: ModelSpec, training: TrainingSpec,
     """Python source of the torchtitan 0.3 config registry module ``paraplan_torchtitan``:
     the scored model definition (layers, width, heads and KV heads, FFN width, vocabulary,
     tying, norm epsilon, rotary base and scaling) and, for fp8, torchtitan's Float8 converter
-    (torchao ``Float8Linear``, rowwise)."""
+    (torchao ``Float8Linear``, rowwise), and for partial full recompute its ``PartialFullAC``
+    policy (FullAC's wrapper on the first ``recompute_num_layers`` blocks of each model chunk,
+    costmodel.stages.recomputed_layers)."""
     return _TT_SOURCE.format(name=model.name, module=TORCHTITAN_MODULE, config=TORCHTITAN_CONFIG,
                              model=torchtitan_model(model, training),
-                             float8=config.precision == "fp8")
+                             float8=config.precision == "fp8",
+                             recompute_num_layers=_torchtitan_partial(config))
 
 
 # --------------------------------------------------------------------------------------------

@@ -109,6 +109,18 @@ SCENARIOS: tuple[Scenario, ...] = (
     S("llama3-405b-fp8", "llama3-405b", "h100", 128, {**_T4K, "global_batch_size": 512},
       tp=8, pp=16, dp=8, precision="fp8", zero_stage=1, sequence_parallel=True,
       recompute="full"),
+    # partial full recompute (recompute_num_layers) in torchtitan: the config module's
+    # PartialFullAC; torchtitan's 2024 "selective (layer)" runs (every second block), without
+    # PP, and interleaved PP (the first N blocks of each model chunk)
+    S("llama3-8b-titan-partial", "llama3-8b", "h100", 2, {**_T4K, "framework": "torchtitan"},
+      dp=16, zero_stage=3, recompute="full", recompute_num_layers=16),
+    S("llama2-70b-titan-partial-int", "llama2-70b", "a100", 8,
+      {**_T4K, "framework": "torchtitan"}, tp=8, pp=4, dp=2, zero_stage=3,
+      schedule="interleaved", virtual_stages=2, sequence_parallel=True, recompute="full",
+      recompute_num_layers=4),
+    S("llama3-70b-titan-partial-pp6-uneven", "llama3-70b", "h100", 6,
+      {**_T4K, "framework": "torchtitan", "global_batch_size": 252}, tp=8, pp=6,
+      recompute="full", recompute_num_layers=8),
     # selective recompute by modules (Megatron-Core --recompute-modules)
     S("llama3-70b-sel-mlp", "llama3-70b", "h100", 8, _T4K, tp=8, pp=4, dp=2,
       sequence_parallel=True, recompute="selective", recompute_modules="mlp"),

@@ -71,6 +71,49 @@ def test_torchtitan_accepts_every_front_point(titan, corpus, run, tmp_path):
     run_all(cases, lambda case: check_torchtitan(titan, case, tmp_path))
 
 
+def _check_partial_recompute(cfg, policy, result, pipe, dims, par):
+    """Build the parsed model on the meta device, split it into pipeline_llm's model parts
+    (``_split_module`` on ``_generate_llm_fqn_per_model_part``'s stage lists), apply the
+    parsed policy to each part, and compare the checkpointed blocks with what the cost model
+    prices: the first N blocks of each model chunk (costmodel.stages.recomputed_layers)."""
+    import numpy as np
+    import torch
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+    from costmodel.model import plan_of
+    from costmodel.stages import recomputed_layers
+
+    model, c = result.problem.model, result.candidate.config
+    n = c.recompute_num_layers
+    with torch.device("meta"):
+        whole = cfg.model_spec.model.build()
+    if c.pp > 1:
+        n_stages, n_layers, iw, ow = pipe._get_pipeline_metadata(dims, par, cfg.model_spec.model)
+        names = pipe._generate_llm_fqn_per_model_part(n_stages, n_layers, iw, ow)
+        parts = [pipe._split_module(whole, stage) for stage in names]
+    else:
+        parts = [whole]
+    checkpointed = []  # per model part: the blocks wrapped, in order
+    for part in parts:
+        ids = list(part.layers.keys())
+        policy.build().apply(part)
+        wrapped = [k for k in ids if isinstance(part.layers[k], CheckpointWrapper)]
+        assert wrapped == ids[:n]  # the first N blocks of the chunk, none other
+        checkpointed.append((len(ids), len(wrapped)))
+    # the cost model's stages: stage s holds model parts s, s + pp, ... (torchtitan's loop
+    # order); where the chunks are equal its first-N-per-chunk count is torchtitan's
+    v = len(parts) // c.pp
+    first, middle, last = plan_of(model, result.problem.cluster, result.problem.training, c)
+    stage_layers = [int(first), *[int(middle)] * (c.pp - 2), int(last)] if c.pp > 1 else [
+        model.num_layers]
+    for s in range(c.pp):
+        mine = checkpointed[s::c.pp]
+        assert sum(k for k, _ in mine) == stage_layers[s]
+        if len({k for k, _ in mine}) == 1:
+            priced = float(recomputed_layers(np.float64(stage_layers[s]), n, v))
+            assert sum(w for _, w in mine) == priced
+
+
 def check_torchtitan(titan, result, tmp_path):
     ConfigManager, ParallelDims, pipe, ac, f8 = titan
     model, training, c = result.problem.model, result.problem.training, result.candidate.config
@@ -121,8 +164,15 @@ def check_torchtitan(titan, result, tmp_path):
         assert t.local_batch_size == c.micro_batch_size and accumulation == m
     # recompute
     policy = cfg.activation_checkpoint
-    if c.recompute == "full":
+    if c.recompute == "full" and c.recompute_num_layers:
+        # partial: the config module's PartialFullAC (a FullAC), which the CLI keeps; applied
+        # to the real model (meta device) as pipeline_llm applies it, stage part by part
+        assert type(policy).__qualname__ == "PartialFullAC.Config"
         assert isinstance(policy, ac.FullAC.Config)
+        assert policy.num_layers == c.recompute_num_layers
+        _check_partial_recompute(cfg, policy, result, pipe, dims, par)
+    elif c.recompute == "full":
+        assert type(policy) is ac.FullAC.Config
     elif c.recompute == "none":
         assert policy is None
     else:  # torchtitan's SAC is another recompute: the bundle says the target is not faithful

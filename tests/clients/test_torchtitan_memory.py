@@ -154,3 +154,72 @@ def test_loss_peak_bytes_per_logit(titan):
     mem = FRAMEWORKS["torchtitan"].memory
     assert peak / (n * vocab) == pytest.approx(
         mem.logits_saved_bytes + mem.logits_transient_bytes, rel=0.01)
+
+
+def _partial_full_ac(tmp_path, n):
+    """The ``PartialFullAC`` class of the config module paraplan writes for partial full
+    recompute (optimizer.launch.flags.torchtitan_config_source), imported from its source."""
+    import importlib.util
+
+    from costmodel.specs import ParallelConfig, TrainingSpec
+    from optimizer.launch.flags import torchtitan_config_source
+
+    spec = ModelSpec(name="tt-stack", num_layers=4, hidden_size=H, num_attention_heads=HEADS,
+                     ffn_hidden_size=FFN, vocab_size=32000, num_kv_heads=KV, gated_mlp=True)
+    config = ParallelConfig(tp=1, pp=1, dp=1, recompute="full", recompute_num_layers=n)
+    path = tmp_path / "paraplan_torchtitan_partial.py"
+    path.write_text(torchtitan_config_source(spec, TrainingSpec(SEQ, BATCH), config))
+    module_spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    assert module.RECOMPUTE_NUM_LAYERS == n
+    return module.PartialFullAC
+
+
+def _stack(torch, layers=4):
+    """``layers`` blocks in a ``layers`` ModuleDict, as torchtitan's decoder holds them."""
+    nn = torch.nn
+
+    class Stack(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleDict({str(i): _block(torch) for i in range(layers)})
+
+        def forward(self, x):
+            for block in self.layers.values():
+                x = block(x)
+            return x
+
+    return Stack()
+
+
+def test_partial_full_ac_keeps_what_the_cost_model_counts(titan, tmp_path):
+    """4 blocks under the config module's PartialFullAC with N = 1..4 (N = 4: FullAC on every
+    block): the first N blocks are checkpointed with FullAC's wrapper and keep their input
+    only, the others every activation, so the bytes kept are linear in the recomputed layers
+    costmodel.stages.recomputed_layers counts (one plain block's activations per block not
+    recomputed), and at N = 4 what the cost model counts for full recompute."""
+    import numpy as np
+
+    from costmodel.stages import recomputed_layers
+
+    torch, ac = titan
+    kept = {}
+    for n in range(1, 5):
+        torch.manual_seed(0)
+        stack = _stack(torch)
+        params = list(stack.parameters())
+        policy = _partial_full_ac(tmp_path, n)
+        policy(policy.Config(num_layers=n)).apply(stack)
+        wrapped = [k for k, b in stack.layers.items()
+                   if type(b).__name__ == "CheckpointWrapper"]
+        assert wrapped == [str(i) for i in range(n)]
+        kept[float(recomputed_layers(np.float64(4), n, 1))] = _kept_bytes(torch, stack, params)
+    assert sorted(kept) == [1.0, 2.0, 3.0, 4.0]
+    full = float(layer_activation_bytes(_spec(), SEQ, BATCH, 1, False, 2,
+                                        flash_attention=True, dropout=False))
+    assert kept[4.0] == pytest.approx(4 * full, rel=0.02)
+    plain_block = kept[3.0] - kept[4.0]  # a block's activations beside its kept input
+    assert plain_block > 10 * full
+    for r in (1.0, 2.0):
+        assert kept[r] == pytest.approx(kept[4.0] + (4 - r) * plain_block, rel=1e-3)

@@ -63,6 +63,25 @@ def test_partial_recompute_rules(llama70b):
     assert "partial_recompute" in [n for n, _ in explain(ctx, ParallelConfig(**inter))]
 
 
+@pytest.mark.parametrize(("framework", "admitted"), [
+    ("megatron", True), ("torchtitan", True), ("deepspeed", False), ("fsdp", False)])
+def test_partial_recompute_frameworks(llama70b, framework, admitted):
+    # torchtitan expresses it through its config module's PartialFullAC (the first N blocks
+    # of each pipeline model part); DeepSpeed and plain FSDP have no such policy
+    training = replace(llama70b.training, framework=framework)
+    ctx = Context(llama70b.model, llama70b.cluster, training)
+    # ZeRO-3 (FSDP2 in torchtitan, which has no ZeRO-1), pp 1: every framework runs it
+    ok = ParallelConfig(**dict(BASE, pp=1, dp=16, zero_stage=3, recompute="full",
+                               recompute_num_layers=10))
+    bad = [name for name, _ in explain(ctx, ok)]
+    assert ("partial_recompute" not in bad) == admitted
+    # the chunk bound holds for torchtitan too: 80 layers, 80 recomputed is plain full
+    if framework == "torchtitan":
+        assert bad == []
+        full = replace(ok, recompute_num_layers=80)
+        assert [name for name, _ in explain(ctx, full)] == ["partial_recompute"]
+
+
 # ---- precision-aware optimizer -------------------------------------------------------------
 def test_precision_aware_optimizer_saves_the_moments_and_grads(llama70b):
     cfg = dict(BASE, recompute="full")

@@ -425,6 +425,24 @@ def test_torchtitan_schedules(schedule, v, name):
         assert value(a, "--parallelism.pipeline_parallel_layers_per_stage") == "10"
 
 
+def test_torchtitan_partial_recompute_is_the_config_modules_policy():
+    """recompute_num_layers N > 0: no activation_checkpoint subcommand (the CLI's union has
+    no partial policy); the config module sets its PartialFullAC with N, the target is
+    faithful. N = 0 keeps the CLI's full policy and the module sets none."""
+    c = cfg(recompute="full", recompute_num_layers=5)
+    a = torchtitan_args(LLAMA_65B, CLUSTER, TRAIN, c)
+    assert not any(x.startswith("activation_checkpoint") for x in a)
+    b = launch_bundle(LLAMA_65B, CLUSTER, TRAIN, c)
+    src = b["torchtitan_config"]
+    assert "RECOMPUTE_NUM_LAYERS = 5 " in src and "class PartialFullAC(FullAC)" in src
+    compile(src, "paraplan_torchtitan.py", "exec")  # the template formats into Python
+    assert b["targets"]["torchtitan"]["supported"]
+    full = cfg(recompute="full")
+    assert torchtitan_args(LLAMA_65B, CLUSTER, TRAIN, full)[-1] == "activation_checkpoint:full"
+    assert "RECOMPUTE_NUM_LAYERS = 0 " in launch_bundle(LLAMA_65B, CLUSTER, TRAIN,
+                                                        full)["torchtitan_config"]
+
+
 def test_torchtitan_without_pipeline_accumulates():
     # tp=2 pp=1 dp=8 mbs 2: local batch = mbs = 2, accumulation 1024 / (2*8) = 64 steps
     a = torchtitan_args(LLAMA_65B, CLUSTER, TRAIN, cfg(tp=2, pp=1, dp=8, micro_batch_size=2,
