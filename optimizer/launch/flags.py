@@ -516,6 +516,30 @@ def deepspeed_refusal(config: ParallelConfig) -> list[str]:
         r.append(f"DeepSpeed: selective recompute of {config.recompute_modules} is "
                  "Megatron-Core's --recompute-modules; Megatron-DeepSpeed checkpoints the "
                  "attention core only")
+    if config.recompute == "full" and config.recompute_num_layers > 0:
+        r.append(f"DeepSpeed: recompute of {config.recompute_num_layers} layers per chunk "
+                 "(Megatron-Core's block method) is not in the emitted config, which "
+                 "checkpoints every layer")
+    r += _megatron_core_only("DeepSpeed", config)
+    if config.cp > 1:
+        r.append(f"DeepSpeed: context parallelism (cp={config.cp}) has no switch in the "
+                 "emitted deepspeed_config (DeepSpeed-Ulysses' sequence_parallel_size is "
+                 "another engine)")
+    return r
+
+
+def _megatron_core_only(target: str, config: ParallelConfig) -> list[str]:
+    """Megatron-Core memory levers the other targets' artefacts do not build (they would run
+    another configuration than the scored one)."""
+    r = []
+    if config.cpu_offloading_num_layers > 0:
+        r.append(f"{target}: activation CPU offloading of {config.cpu_offloading_num_layers} "
+                 "layers is Megatron-Core's --cpu-offloading-num-layers; no equivalent in "
+                 "the emitted artefacts")
+    if config.precision_aware_optimizer != "off":
+        r.append(f"{target}: the precision-aware optimizer ({config.precision_aware_optimizer}) "
+                 "is Megatron-Core's --use-precision-aware-optimizer; no equivalent in the "
+                 "emitted artefacts")
     return r
 
 
@@ -618,6 +642,11 @@ def torchtitan_refusal(model: ModelSpec, config: ParallelConfig) -> list[str]:
     if config.dp > 1 and not _fsdp(config) and (config.tp > 1 or config.pp > 1):
         r.append("torchtitan: data_parallel_replicate_degree > 1 without sharding is DDP, which "
                  "torchtitan supports only for 1-D parallelism")
+    if config.cp > 1 and config.cp_comm_type != "all_gather":
+        r.append(f"torchtitan: its context parallelism all-gathers K/V "
+                 f"(context_parallel_rotate_method); cp_comm_type {config.cp_comm_type} was "
+                 "scored")
+    r += _megatron_core_only("torchtitan", config)
     from optimizer.launch.moe_flags import torchtitan_moe_refusal
 
     r += torchtitan_moe_refusal(model, config, config.dp if _fsdp(config) else 1)

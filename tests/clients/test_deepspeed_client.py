@@ -80,7 +80,9 @@ def check_deepspeed(ds, result):
     # than the attention core, MoE / MLA layers (flags.deepspeed_refusal, flags.unexpressed)
     model = result.problem.model
     expressible = not (c.recompute == "selective" and c.recompute_modules != "core_attn") \
-        and model.moe is None and model.mla is None
+        and model.moe is None and model.mla is None and c.recompute_num_layers == 0 \
+        and c.cpu_offloading_num_layers == 0 and c.precision_aware_optimizer == "off" \
+        and c.cp == 1
     target = launch["targets"]["deepspeed"]
     if c.pp > 1:
         # PipelineEngine: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'

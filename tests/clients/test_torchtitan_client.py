@@ -212,4 +212,7 @@ def check_torchtitan(titan, result, tmp_path):
     assert faithful == (model.gated_mlp and not model.linear_bias and model.causal
                         and model.normalization == "rmsnorm" and c.recompute != "selective"
                         and c.precision != "fp16" and c.zero_stage != 1
-                        and not (c.dp > 1 and not fsdp and (c.tp > 1 or c.pp > 1)))
+                        and not (c.dp > 1 and not fsdp and (c.tp > 1 or c.pp > 1))
+                        and (c.cp == 1 or c.cp_comm_type == "all_gather")
+                        and c.cpu_offloading_num_layers == 0
+                        and c.precision_aware_optimizer == "off")

@@ -787,3 +787,29 @@ def test_fp8_attention_is_megatron_only_and_its_launch_says_there_is_no_flag():
     bf16 = cfg(tp=2, pp=1, dp=8)
     assert not any("fp8_dot_product_attention" in w
                    for w in launch_warnings(bf16, model=LLAMA_65B, cluster=CLUSTER, training=tr))
+
+
+def test_targets_refuse_the_megatron_core_levers_they_do_not_build():
+    """The DeepSpeed and torchtitan artefacts would run another configuration than the scored
+    one: Megatron-Core's activation offload and precision-aware optimizer (both), its partial
+    recompute (DeepSpeed checkpoints every layer; torchtitan builds it: PartialFullAC), context
+    parallelism (DeepSpeed has none; torchtitan all-gathers K/V only). Before, these points
+    were marked supported."""
+    from optimizer.launch.flags import launch_targets
+
+    def supported(**kw):
+        t = launch_targets(LLAMA_65B, cfg(**kw))
+        return t["deepspeed"]["supported"], t["torchtitan"]["supported"], t
+
+    base = dict(tp=1, pp=1, dp=16, zero_stage=3)
+    assert supported(**base)[:2] == (True, True)
+    assert supported(**base, recompute="full", recompute_num_layers=40)[:2] == (False, True)
+    assert supported(**base, cpu_offloading_num_layers=4)[:2] == (False, False)
+    ds, tt, t = supported(**base, precision_aware_optimizer="bf16_moments")
+    assert (ds, tt) == (False, False)
+    assert any("precision-aware" in r for r in t["torchtitan"]["reasons"])
+    assert supported(tp=1, pp=1, dp=8, cp=2, zero_stage=3, cp_comm_type="all_gather")[:2] == (
+        False, True)
+    ds, tt, t = supported(tp=1, pp=1, dp=8, cp=2, zero_stage=3, cp_comm_type="p2p")
+    assert (ds, tt) == (False, False)
+    assert any("all-gathers K/V" in r for r in t["torchtitan"]["reasons"])
