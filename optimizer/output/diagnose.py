@@ -283,9 +283,15 @@ def _stage_plan(problem, c, metrics) -> Finding | None:
     first, mid, last, moves = plan_layers_of(problem, c)
     head = float(head_share(model, training.seq_length, c.recompute))
     middle = f", {mid} x {c.pp - 2}" if c.pp >= 3 else ""
-    name = (f"layout {training.pipeline_layout}" if training.pipeline_layout is not None
-            else c.stage_plan)
-    text = (f"stage plan {name}: {first}{middle}, {last} layers (LM head "
+    ranks = f"{first}{middle}, {last}"
+    name = c.stage_plan
+    if training.pipeline_layout is not None:
+        # every rank's layers: a layout's middle ranks need not be equal
+        from costmodel.pipeline_layout import rank_layout
+
+        name = f"layout {training.pipeline_layout}"
+        ranks = _runs_text(rank_layout(training.pipeline_layout, c.pp).layers)
+    text = (f"stage plan {name}: {ranks} layers (LM head "
             f"{head:.2f} layers' worth of FLOPs on the last); slowest stage "
             f"{metrics.get('stage_imbalance', 1.0) - 1:.1%} above the mean")
     if c.stage_plan == "default" and training.pipeline_layout is None:
@@ -293,6 +299,17 @@ def _stage_plan(problem, c, metrics) -> Finding | None:
                  "; already balanced: no whole-layer move off the last stage shortens the "
                  "slowest one")
     return Finding("stage_plan", text, ("stage_plan",) if moves else ())
+
+
+def _runs_text(layers) -> str:
+    """Layers per rank with runs of equal ranks written ``n x k``: ``8 x 7, 5``."""
+    runs: list[list[int]] = []
+    for n in layers:
+        if runs and runs[-1][0] == n:
+            runs[-1][1] += 1
+        else:
+            runs.append([n, 1])
+    return ", ".join(f"{n} x {k}" if k > 1 else f"{n}" for n, k in runs)
 
 
 def _recompute(c, step, tb) -> Finding | None:
