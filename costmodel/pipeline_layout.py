@@ -30,16 +30,38 @@ _CHARS = {"E": "embedding", "L": "loss", "t": "decoder layer", "m": "MTP module"
 _FIELD = "training.pipeline_layout"
 
 
-@lru_cache(maxsize=256)
 def parse_layout(text: str) -> tuple[str, ...]:
     """The virtual stages of a layout string, one string of E/t/m/L characters each (Megatron's
-    ``parse_str_to_list``); InputError on a character Megatron does not know."""
+    ``parse_str_to_list``); InputError on a character Megatron does not know, or on anything
+    but a non-empty string (checked before the cache, which needs a hashable key)."""
     if not isinstance(text, str) or not text.strip():
         raise InputError(_FIELD, f"must be a non-empty layout string, got {text!r}",
                          "e.g. 'Et*4|(t*4|)*14tmL' (Megatron's --pipeline-model-parallel-layout)")
+    return _parse_layout(text)
+
+
+MAX_LAYOUT_CHARS = 100_000  # expanded layout characters (layers + E/m/L/|): far above any
+#                            model, and a bound on what a hostile repeat count can allocate
+
+
+def _expand(pattern: str, s: str, text: str) -> str:
+    """One of Megatron's two repetition passes (``(...)*n``, then ``x*n``), refusing before it
+    allocates an expansion over MAX_LAYOUT_CHARS."""
+    size = len(s)
+    for m in re.finditer(pattern, s):
+        n = int(m.group(2)) if len(m.group(2)) <= 6 else MAX_LAYOUT_CHARS + 1
+        size += len(m.group(1)) * n - len(m.group(0))
+        if size > MAX_LAYOUT_CHARS:
+            raise InputError(_FIELD, f"{text[:80]!r} expands to more than "
+                             f"{MAX_LAYOUT_CHARS:,} characters", "check the repeat counts")
+    return re.sub(pattern, lambda x: x.group(1) * int(x.group(2)), s)
+
+
+@lru_cache(maxsize=256)
+def _parse_layout(text: str) -> tuple[str, ...]:
     s = text.replace(",", "").replace(" ", "")
-    s = re.sub(r"\(([^)]+)\)\*(\d+)", lambda x: x.group(1) * int(x.group(2)), s)
-    s = re.sub(r"(.)\*(\d+)", lambda x: x.group(1) * int(x.group(2)), s)
+    s = _expand(r"\(([^)]+)\)\*(\d+)", s, text)
+    s = _expand(r"(.)\*(\d+)", s, text)
     stages = tuple(s.split("|"))
     for st in stages:
         for ch in st:

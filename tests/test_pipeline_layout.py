@@ -207,3 +207,18 @@ def test_other_targets_and_the_diagnosis_name_the_layout():
 
     note = _stage_plan(Q, c, {"stage_imbalance": 1.1}).message
     assert "stage plan layout Ett|t*4|t|t*3L: 2, 4, 1, 3 layers" in note
+
+
+@pytest.mark.parametrize("text", ["Et*999999999L", "(t*99999|)*99999", "Et*" + "9" * 5000 + "L",
+                                  ["Et*4", "t*4L"]])
+def test_a_hostile_layout_is_refused_before_it_is_expanded(text):
+    """Repeat counts are bounded before the expansion allocates (a 10^10-character layout
+    used to be built in memory), and a non-string is an InputError, not the cache's
+    TypeError."""
+    from costmodel.errors import InputError
+    from costmodel.pipeline_layout import parse_layout
+
+    with pytest.raises(InputError) as e:
+        parse_layout(text)
+    assert e.value.field == "training.pipeline_layout"
+

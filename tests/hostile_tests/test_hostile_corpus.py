@@ -412,6 +412,15 @@ for key, values in {"training.seq_length": [0, -1, "x", 2**40],
     for i, v in enumerate(values):
         add(f"run-{key}-{i}", key.split(".")[-1], ["evaluate", "{d}/r.yaml"],
             files=[("r.yaml", mutated(RUN, key, v))])
+# an explicit pipeline layout (Megatron's --pipeline-model-parallel-layout) on 32 layers, pp 2
+for i, v in enumerate(["", "   ", 5, ["Et*16", "t*16L"], "Et*16|t*15L", "Xt*32", "t*32",
+                       "Et*16|t*16", "LEt*16|t*16", "Et*8|t*8|t*8|t*8L", "Et*16|t*16L|",
+                       "E(t*16|)*x", "Et*16|t*16mL", "E" + "t" * 10**5 + "L",
+                       "Et*999999999L", "(t*99999|)*99999", "Et*" + "9" * 5000 + "L"]):
+    add(f"run-pipeline_layout-{i}", "pipeline_layout", ["evaluate", "{d}/r.yaml"],
+        files=[("r.yaml", mutated(RUN, "training.pipeline_layout", v))])
+add("ok-run-pipeline_layout", "", ["evaluate", "{d}/r.yaml"],
+    files=[("r.yaml", mutated(RUN, "training.pipeline_layout", "Et*15|t*17L"))], ok=True)
 for key in ("model", "cluster", "parallel"):
     add(f"run-missing-{key}", key, ["evaluate", "{d}/r.yaml"],
         files=[("r.yaml", mutated(RUN, key, DELETE))])
