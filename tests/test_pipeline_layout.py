@@ -222,3 +222,24 @@ def test_a_hostile_layout_is_refused_before_it_is_expanded(text):
         parse_layout(text)
     assert e.value.field == "training.pipeline_layout"
 
+
+
+def test_cli_pipeline_layout_keeps_the_layouts_it_fits():
+    """``--pipeline-layout`` sets training.pipeline_layout: every front point has pp x virtual
+    stages equal to the layout's stages, its launch writes the layout; a layout that does not
+    hold the model's layers is exit 2 naming the field."""
+    from conftest import run_cli, run_cli_json
+
+    layout = "Et*9|(t*10|)*6t*11L"  # 8 stages, 80 layers
+    doc = run_cli_json(["--model", "llama3-70b", "--gpus", "64", "--gpu", "h100-sxm-80gb",
+                        "--pipeline-layout", layout, "-q"], "front")
+    assert doc["inputs"]["training"]["pipeline_layout"] == layout
+    for p in doc["pareto_front"]:
+        c = p["config"]
+        v = c["virtual_stages"] if c["schedule"] == "interleaved" else 1
+        assert c["pp"] * v == 8, c
+        args = p["launch"]["megatron_args"]
+        assert args[args.index("--pipeline-model-parallel-layout") + 1] == layout
+    rc, _, err = run_cli(["--model", "llama3-70b", "--gpus", "64", "--pipeline-layout",
+                          "Et*9|t*10L", "-q"])
+    assert rc == 2 and "training.pipeline_layout" in err and "80" in err

@@ -108,6 +108,12 @@ def main_parser() -> argparse.ArgumentParser:
     p.add_argument("--framework", choices=("megatron", "deepspeed", "fsdp", "torchtitan"),
                    help="training framework whose host costs, fusion and buffers to model "
                         "(default: megatron)")
+    p.add_argument("--pipeline-layout", metavar="LAYOUT",
+                   help="Megatron-Core's --pipeline-model-parallel-layout, e.g. "
+                        "'Et*4|(t*4|)*14tmL': the layers of each virtual pipeline stage "
+                        "(E embedding, t layer, m MTP, L loss, | between stages); the search "
+                        "keeps the pp x virtual stages it fits (default: none, Megatron's "
+                        "split or the searched stage plan)")
     p.add_argument("--tp-comm-overlap", action="store_true",
                    help="Megatron-Core --tp-comm-overlap: TP collectives overlap GEMMs "
                         "(with sequence parallelism; default: off)")
@@ -179,6 +185,8 @@ def training_flags(args: argparse.Namespace) -> dict | None:
         out["framework"] = args.framework
     if args.tp_comm_overlap:
         out["tp_comm_overlap"] = True
+    if getattr(args, "pipeline_layout", None) is not None:
+        out["pipeline_layout"] = args.pipeline_layout
     return out or None
 
 
