@@ -243,3 +243,8 @@ def test_cli_pipeline_layout_keeps_the_layouts_it_fits():
     rc, _, err = run_cli(["--model", "llama3-70b", "--gpus", "64", "--pipeline-layout",
                           "Et*9|t*10L", "-q"])
     assert rc == 2 and "training.pipeline_layout" in err and "80" in err
+    # 3 stages on 64 GPUs: no pp divides them; the error names the layout, not the rules
+    # that reject the most configurations
+    rc, _, err = run_cli(["--model", "llama3-70b", "--gpus", "64", "--pipeline-layout",
+                          "Et*26|t*27|t*27L", "-q"])
+    assert rc == 2 and "training.pipeline_layout" in err and "has 3 stages" in err

@@ -56,6 +56,28 @@ def check_settings(*, sampler: Any, trials: Any, seed: Any, jobs: Any = 1,
                              "--study-name)")
 
 
+def _check_layout_fits_something(problem, ctx, sp) -> None:
+    """An empty space that the explicit pipeline layout alone empties: say so, naming the
+    layout's stage count (the generic message lists the rules that reject the most)."""
+    layout = problem.training.pipeline_layout
+    if layout is None:
+        return
+    from dataclasses import replace
+
+    from costmodel.pipeline_layout import layout_stages
+
+    free = replace(ctx, training=replace(problem.training, pipeline_layout=None))
+    if len(enumerate_valid(free, sp)) == 0:
+        return
+    n = int(layout_stages(layout))
+    raise InputError("training.pipeline_layout",
+                     f"{layout!r} has {n} stages and fits no configuration of the space: it "
+                     f"needs pp > 1 and pp x virtual stages = {n}, with pp dividing the "
+                     f"{problem.cluster.num_gpus} GPUs and the other rules holding",
+                     "choose a layout whose stage count the GPU count allows, or widen "
+                     "--pp / --virtual-stages")
+
+
 def run(problem, *, space=None, sampler: str = "auto", trials: int = 300, seed: int = 0,
         jobs: int = 1, batch_size: int = 32, storage: str | None = None,
         study_name: str | None = None, progress: bool = False) -> SearchOutcome:
@@ -67,6 +89,7 @@ def run(problem, *, space=None, sampler: str = "auto", trials: int = 300, seed: 
     sp = problem_space(problem, space)
     valid = enumerate_valid(ctx, sp)
     if len(valid) == 0:
+        _check_layout_fits_something(problem, ctx, sp)
         from search_spaces.enumerate import rejected_by_rule
         from search_spaces.rules import RULES_BY_NAME
 
