@@ -145,8 +145,8 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     p2p_exposed = np.where(training.overlap_p2p_comm & (v > 1), 1.0 - eff.overlap_hidden, 1.0)
     pipe = pipeline_comm(system, fw, comm, batch, groups, shard.tokens * shard.hidden * ea, v,
                          p2p_exposed)
-    partial = partial_recompute(model, training, eff, fw, gpu, system, batch, groups, m,
-                                sharded, v)
+    partial = partial_recompute(model, training, eff, fw, cluster, system, batch, groups, m,
+                                sharded, v, shard, ea)
     offload = activation_offload_s(layer, batch.cpu_offloading_num_layers,
                                    hardware.host_link_bytes_per_s(gpu))
     st = stage_times(plan, layer, pipe, partial, offload)
@@ -220,16 +220,20 @@ def zb_ratio(layer: LayerCosts, sched) -> np.ndarray:
     return zero_bubble_ratio(layer.forward_s, half + layer.recompute_s, half, sched)
 
 
-def partial_recompute(model, training, eff, fw, gpu, system, batch: ConfigBatch, groups, m,
-                      sharded: Sharding, v) -> PartialRecompute | None:
+def partial_recompute(model, training, eff, fw, cluster, system, batch: ConfigBatch, groups, m,
+                      sharded: Sharding, v, shard, ea) -> PartialRecompute | None:
     """The layer's costs without recompute for the configurations that recompute only some
     layers (``recompute_num_layers`` > 0, Megatron-Core's block method); None where none
-    does (the usual case: no second pricing)."""
+    does (the usual case: no second pricing). A MoE model's layers that are not recomputed
+    keep their EP all-to-all and dispatcher host stall (as the recomputed ones do)."""
     n = batch.recompute_num_layers
     if not (n > 0).any():
         return None
     plain_batch = replace(batch, recompute=np.zeros_like(batch.recompute))
-    plain, _ = price_distinct_layers(model, training, eff, fw, gpu, system, plain_batch, groups)
+    plain, _ = price_distinct_layers(model, training, eff, fw, cluster.gpu, system, plain_batch,
+                                     groups)
+    plain, _ = _with_moe(plain, model, cluster, system, training, plain_batch, shard, ea,
+                         fw.host.host_overlap_p)
     plain = accumulate_gradients(plain, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
     return PartialRecompute(n, v, plain)
