@@ -105,7 +105,26 @@ def check_layout(text: str, num_layers: int, mtp_layers: int = 0) -> tuple[str, 
         raise InputError(_FIELD, f"{text!r} holds {m} MTP modules; the model has {mtp_layers}")
     if m and "t" in flat[flat.index("m"):]:
         raise InputError(_FIELD, f"{text!r}: decoder layers must come before the MTP modules")
+    if m and sum(1 for st in stages if "m" in st) > 1:
+        raise InputError(_FIELD, f"{text!r}: all MTP modules must be in one virtual stage "
+                         "(Megatron's validate_layer_layout)")
     return stages
+
+
+def fits_ranks(text: str | None, pp: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``fits`` and, per pp of the batch, the rank placement Megatron accepts (an MTP module
+    in its rank's last chunk: :func:`rank_layout`), so one pp's refusal marks those
+    configurations invalid instead of failing the batch."""
+    ok = fits(text, pp, v)
+    if text is None:
+        return ok
+    pp = np.asarray(pp)
+    for p in np.unique(pp[ok]):
+        try:
+            rank_layout(text, int(p))
+        except InputError:
+            ok = ok & (pp != p)
+    return ok
 
 
 def rank_layout(text: str, pp: int) -> RankLayout:

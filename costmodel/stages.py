@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from costmodel.layers import LayerCosts
-from costmodel.pipeline_layout import fits, rank_layout
+from costmodel.pipeline_layout import fits_ranks, rank_layout
 from costmodel.pricing import P2P, Axis, Kernel, price
 from costmodel.schedule import balanced_layers, stage_layers
 
@@ -121,7 +121,7 @@ def stage_plan(num_layers: int, pp: np.ndarray, balanced: np.ndarray | None = No
     middle = StageGroup("middle", np.minimum(1, pp - 1), np.maximum(pp - 2, 0), n_mid, no, no,
                         wins_time_ties=False)
     if layout is not None:
-        use = fits(layout, pp, np.ones(pp.shape) if v is None else v)
+        use = fits_ranks(layout, pp, np.ones(pp.shape) if v is None else v)
         if v_shape is not None:
             use = use & ~v_shape
         if use.any():

@@ -21,7 +21,7 @@ from costmodel.batch import ConfigBatch
 from costmodel.cp import cp_a2a_size
 from costmodel.errors import InputError
 from costmodel.nccl_grammar import COLLECTIVES, candidate_pairs, parse_nccl_setting
-from costmodel.pipeline_layout import fits, layout_stages
+from costmodel.pipeline_layout import fits_ranks, layout_stages
 from costmodel.schedule import balanced_layers, head_share, stage_layers
 from costmodel.specs import (
     PARALLEL_DIMENSIONS,
@@ -241,8 +241,9 @@ def _layout_fits(ctx: Context, b: ConfigBatch) -> np.ndarray:
     layout = ctx.training.pipeline_layout
     if layout is None:
         return np.ones(len(b), bool)
-    return (fits(layout, b.pp, _layout_chunks(b)) & (b.stage_plan == StagePlanCode.DEFAULT)
-            & (b.schedule < Schedule.ZB_V) & (b.pp > 1))
+    fit = fits_ranks(layout, b.pp, _layout_chunks(b))  # Megatron's per-rank placement too
+    return (fit & (b.stage_plan == StagePlanCode.DEFAULT) & (b.schedule < Schedule.ZB_V)
+            & (b.pp > 1))
 
 
 def _balanced_plan_moves_layers(ctx: Context, b: ConfigBatch) -> np.ndarray:
@@ -601,8 +602,8 @@ VIRTUAL_STAGES_DIVIDE_LAYERS = Rule(
                  f"virtual_stages={r['virtual_stages']}, stage_plan={r['stage_plan']}")
 PIPELINE_LAYOUT_FITS = Rule(
     "pipeline_layout_fits", "an explicit pipeline layout (training.pipeline_layout) needs "
-    "pp > 1, pp x virtual_stages equal to its stages, the default stage plan and a 1F1B or "
-    "interleaved schedule", _layout_fits,
+    "pp > 1, pp x virtual_stages equal to its stages (an MTP module in its rank's last "
+    "chunk), the default stage plan and a 1F1B or interleaved schedule", _layout_fits,
     frozenset({"pp", "virtual_stages", "schedule", "stage_plan"}),
     lambda c, r: f"layout {c.training.pipeline_layout!r} "
                  f"({layout_stages(c.training.pipeline_layout)} stages), pp={r['pp']}, "

@@ -248,3 +248,29 @@ def test_cli_pipeline_layout_keeps_the_layouts_it_fits():
     rc, _, err = run_cli(["--model", "llama3-70b", "--gpus", "64", "--pipeline-layout",
                           "Et*26|t*27|t*27L", "-q"])
     assert rc == 2 and "training.pipeline_layout" in err and "has 3 stages" in err
+
+
+def test_a_pp_the_layout_cannot_place_is_invalid_not_a_failed_batch():
+    """Megatron puts an MTP module in its rank's last chunk: at pp 2 x 3 chunks the layout
+    below has it in chunk 1 of rank 1. That pp is rejected by the rule and scores the default
+    plan inside a batch, instead of failing the whole batch (and the search); all MTP modules
+    in one virtual stage (Megatron's validate_layer_layout)."""
+    from costmodel.pipeline_layout import check_layout
+    from costmodel.specs import MoESpec
+    from search_spaces.rules import Context, explain
+
+    moe = ModelSpec("layout-mtp", num_layers=6, hidden_size=1024, num_attention_heads=16,
+                    ffn_hidden_size=4096, vocab_size=32000,
+                    moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=1024,
+                                mtp_layers=1))
+    six = load_cluster({"gpu": "h100-sxm-80gb", "num_nodes": 1, "gpus_per_node": 6})
+    tr = TrainingSpec(2048, 60, pipeline_layout="Et*2|t*2|t*2|m||L")
+    good = ParallelConfig(tp=1, pp=3, dp=2, schedule="interleaved", virtual_stages=2)
+    bad = ParallelConfig(tp=1, pp=2, dp=3, schedule="interleaved", virtual_stages=3)
+    both = score(moe, six, tr, _batch([good, bad])).step_time_s
+    alone = score(moe, six, tr, _batch([good])).step_time_s
+    assert both[0] == alone[0] and np.isfinite(both[1])
+    assert [n for n, _ in explain(Context(moe, six, tr), bad)] == ["pipeline_layout_fits"]
+    assert explain(Context(moe, six, tr), good) == []
+    with pytest.raises(InputError, match="one virtual stage"):
+        check_layout("Et*2|t*2|t*2|m|m|L", 6, 2)
