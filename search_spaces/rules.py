@@ -21,7 +21,7 @@ from costmodel.batch import ConfigBatch
 from costmodel.cp import cp_a2a_size
 from costmodel.errors import InputError
 from costmodel.nccl_grammar import COLLECTIVES, candidate_pairs, parse_nccl_setting
-from costmodel.pipeline_layout import fits_ranks, layout_stages
+from costmodel.pipeline_layout import fits_ranks, layout_stages, parse_layout
 from costmodel.schedule import balanced_layers, head_share, stage_layers
 from costmodel.specs import (
     PARALLEL_DIMENSIONS,
@@ -307,10 +307,34 @@ def _partial_recompute(ctx: Context, b: ConfigBatch) -> np.ndarray:
     # its own (N at or over the chunk is plain full recompute, --recompute-method uniform).
     # torchtitan: the config module's PartialFullAC checkpoints the first N blocks of each
     # pipeline model part (optimizer.launch.flags.torchtitan_config_source), the same layers
+    # (costmodel.stages.recomputed_layers prices v x min(N, layers / v) per rank: exact for
+    # equal chunks and Megatron's even spread; an explicit layout's unequal chunks must each
+    # hold at least N layers, or at most N, for the count to be Megatron's sum of min(N, c))
     n = b.recompute_num_layers
     chunk = np.ceil(ctx.model.num_layers / (b.pp * b.virtual_stages))
     return (n == 0) | ((b.recompute == 2) & (n < chunk)
-                       & (ctx.training.framework in ("megatron", "torchtitan")))
+                       & (ctx.training.framework in ("megatron", "torchtitan"))
+                       & _layout_chunks_priced(ctx, b))
+
+
+def _layout_chunks_priced(ctx: Context, b: ConfigBatch) -> np.ndarray:
+    """Where an explicit layout's chunks on every rank are all >= N or all <= N layers."""
+    ok = np.ones(len(b), bool)
+    layout = ctx.training.pipeline_layout
+    if layout is None:
+        return ok
+    counts = [st.count("t") for st in parse_layout(layout)]
+    n = b.recompute_num_layers
+    for p in np.unique(b.pp):
+        p = int(p)
+        if p < 1 or len(counts) % p:
+            continue  # pipeline_layout_fits refuses these
+        sel = b.pp == p
+        for r in range(p):
+            chunks = counts[r::p]
+            lo, hi = min(chunks), max(chunks)
+            ok = ok & ~(sel & (n > lo) & (n < hi))
+    return ok
 
 
 def _activation_offload(ctx: Context, b: ConfigBatch) -> np.ndarray:
@@ -649,8 +673,8 @@ ZERO3_NO_PP = Rule(
                  f"framework={c.training.framework}")
 PARTIAL_RECOMPUTE = Rule(
     "partial_recompute", "recompute_num_layers > 0 (Megatron-Core's block method) needs "
-    "recompute full, framework megatron or torchtitan, and fewer layers than a model chunk "
-    "holds",
+    "recompute full, framework megatron or torchtitan, fewer layers than a model chunk holds "
+    "and, under an explicit pipeline layout, a rank's chunks all at least or all at most N",
     _partial_recompute, frozenset({"recompute_num_layers", "recompute", "pp",
                                    "virtual_stages"}),
     lambda c, r: f"recompute={r['recompute']}, recompute_num_layers="

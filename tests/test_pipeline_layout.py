@@ -274,3 +274,25 @@ def test_a_pp_the_layout_cannot_place_is_invalid_not_a_failed_batch():
     assert explain(Context(moe, six, tr), good) == []
     with pytest.raises(InputError, match="one virtual stage"):
         check_layout("Et*2|t*2|t*2|m|m|L", 6, 2)
+
+
+def test_partial_recompute_needs_chunks_the_count_prices():
+    """The block method recomputes sum(min(N, chunk)) layers on a rank; the cost model prices
+    v x min(N, layers / v). Under an explicit layout the two agree only where a rank's chunks
+    are all >= N or all <= N: Et|t*5|t*5|tL (chunks 1 and 5 on each rank) at N = 2 is refused,
+    N = 1 is not; equal chunks take any N below a chunk."""
+    from search_spaces.rules import Context, explain
+
+    model = ModelSpec("layout-rc", num_layers=12, hidden_size=2048, num_attention_heads=16,
+                      ffn_hidden_size=8192, vocab_size=32000)
+    eight = load_cluster({"gpu": "h100-sxm-80gb", "num_nodes": 1, "gpus_per_node": 8})
+
+    def rules(layout, n):
+        tr = TrainingSpec(2048, 64, pipeline_layout=layout)
+        c = ParallelConfig(tp=2, pp=2, dp=2, schedule="interleaved", virtual_stages=2,
+                           recompute="full", recompute_num_layers=n)
+        return [name for name, _ in explain(Context(model, eight, tr), c)]
+
+    assert rules("Et|t*5|t*5|tL", 2) == ["partial_recompute"]
+    assert rules("Et|t*5|t*5|tL", 1) == []
+    assert rules("Et*3|t*3|t*3|t*3L", 2) == []

@@ -609,6 +609,16 @@ def _torchtitan_chunk_gap(model: ModelSpec, config: ParallelConfig, training, cl
                 "the end stages lighter than the middle ones only)"]
     if not _interleaved(config):
         return []
+    n = config.recompute_num_layers if config.recompute == "full" else 0
+    if n > 0:
+        # PartialFullAC checkpoints the first n blocks of each model part; the cost model
+        # prices v x min(n, layers / v) per rank, torchtitan's lighter first and last chunks
+        # recompute fewer where n lies between a rank's smallest and largest chunk
+        per, first_less, last_less = _torchtitan_split(model, config, training, cluster)
+        for less in (first_less, last_less):
+            if less > 0 and per - less < n < per:
+                return [f"torchtitan: recompute of {n} layers per chunk on its lighter end "
+                        f"chunks ({per - less} and {per} layers) is not the count scored"]
     even = first == mid == last
     if (not even and mid % config.virtual_stages == 0) or (even and not
                                                              _chunks_uneven(model, config)):

@@ -813,3 +813,21 @@ def test_targets_refuse_the_megatron_core_levers_they_do_not_build():
     ds, tt, t = supported(tp=1, pp=1, dp=8, cp=2, zero_stage=3, cp_comm_type="p2p")
     assert (ds, tt) == (False, False)
     assert any("all-gathers K/V" in r for r in t["torchtitan"]["reasons"])
+
+
+def test_torchtitan_partial_recompute_on_its_lighter_end_chunks_is_not_faithful():
+    """torchtitan's interleaved split makes the first and last chunk lighter (Llama 3 70B on
+    pp 6 x 2: chunks 5 and 7 on the end ranks); PartialFullAC's first N blocks per part then
+    recompute fewer layers than the cost model prices where 5 < N < 7."""
+    from costmodel.loaders import load_cluster, load_model
+    from optimizer.launch.flags import launch_targets
+
+    model = load_model("llama3-70b")
+    cluster = load_cluster({"gpu": "h100-sxm-80gb", "num_nodes": 6, "gpus_per_node": 8})
+    tr = TrainingSpec(seq_length=8192, global_batch_size=240, framework="torchtitan")
+    ok = {}
+    for n in (4, 5, 6, 7):
+        c = ParallelConfig(tp=8, pp=6, dp=1, schedule="interleaved", virtual_stages=2,
+                           recompute="full", recompute_num_layers=n, sequence_parallel=True)
+        ok[n] = launch_targets(model, c, tr, cluster)["torchtitan"]["supported"]
+    assert ok == {4: True, 5: True, 6: False, 7: True}
