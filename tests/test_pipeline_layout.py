@@ -296,3 +296,25 @@ def test_partial_recompute_needs_chunks_the_count_prices():
     assert rules("Et|t*5|t*5|tL", 2) == ["partial_recompute"]
     assert rules("Et|t*5|t*5|tL", 1) == []
     assert rules("Et*3|t*3|t*3|t*3L", 2) == []
+
+
+def test_a_plan_leaves_out_the_counts_a_layout_cannot_fit_and_its_advice_fits_the_layout():
+    """A GPU-count plan plans the counts the layout fits and lists the others as having no
+    valid layout (it aborted the whole plan); every count failing is exit 2. The imbalance
+    advice names the layout, not Megatron's first/last-stage flags that do not combine
+    with it."""
+    from conftest import run_cli, run_cli_json
+
+    args = ["--model", "llama3-8b", "--gpu", "h100-sxm-80gb", "--tokens", "1e10",
+            "--pipeline-layout", "Et*10|t*11|t*11L", "-q"]
+    doc = run_cli_json([*args, "--gpus", "24,32"], "plan")
+    status = {e["gpus"]: e["status"] for e in doc["plan"]}
+    assert status == {24: "ok", 32: "infeasible"}
+    assert doc["plan"][1]["message"].startswith("no valid configuration")
+    rc, out, _ = run_cli([*args, "--gpus", "24,32"])
+    assert rc == 0 and "no valid layout" in out
+    rc, _, err = run_cli([*args, "--gpus", "32,64"])
+    assert rc == 2 and "training.pipeline_layout" in err
+    rc, out, _ = run_cli(["--model", "llama3-8b", "--gpus", "24", "--gpu", "h100-sxm-80gb",
+                          "--pipeline-layout", "Et*10|t*11|t*11L", "-q"])
+    assert rc == 0 and "decoder-first" not in out and "stages of the layout" in out

@@ -428,10 +428,14 @@ def diagnose(problem, config: ParallelConfig, metrics: Mapping[str, Any]) -> lis
         out.append(plan)
     imb = metrics.get("stage_imbalance", 1.0)
     if c.pp > 1 and imb > IMBALANCE and c.stage_plan == "default":
+        # Megatron's first/last-stage flags do not combine with an explicit layout
+        lever = ("move layers between the stages of the layout (training.pipeline_layout)"
+                 if getattr(problem.training, "pipeline_layout", None) is not None else
+                 "move layers off the first/last stage "
+                 "(--decoder-first/last-pipeline-num-layers)")
         out.append(Finding("imbalance",
                            f"slowest pipeline stage is {imb - 1:.0%} above the mean (embedding "
-                           "/ LM head stages): move layers off the first/last stage "
-                           "(--decoder-first/last-pipeline-num-layers)", ("stage_layers",)))
+                           f"/ LM head stages): {lever}", ("stage_layers",)))
     host = tb.get("host_overhead", 0.0) / step
     if host > HOST_SHARE:
         more_mb = metrics.get("microbatches_per_step", 1) > 1

@@ -33,7 +33,9 @@ def plan_rows(doc: dict[str, Any]) -> list[list[str]]:
         mark = ("pick" if i == doc.get("plan_pick") else "yes") if i in front else ""
         if e["status"] != "ok":
             need = e.get("least_memory_bytes")
-            rows.append([str(e["gpus"]), "-", *["-"] * 8, "does not fit", "-", "-", "-",
+            verdict = ("no valid layout" if str(e.get("message", "")).startswith(
+                "no valid configuration") else "does not fit")
+            rows.append([str(e["gpus"]), "-", *["-"] * 8, verdict, "-", "-", "-",
                          f">{need / GIB:.0f}" if need else "-", "-", "-", "-", "-", ""])
             continue
         c = e["recommended"]["config"]

@@ -163,10 +163,23 @@ def run_plan(search: Callable[[int], Any], gpu_counts: Sequence[int], *,
         raise InputError("gpus", "no GPU count to plan for", "e.g. --gpus 64-1024")
     t0 = time.perf_counter()
     entries = []
+    invalid: list[InputError] = []
     first_problem = None
     for n in counts:
         try:
             res = search(n)
+        except InputError as e:
+            # a GPU count the space has no valid layout for (an explicit pipeline layout's
+            # stage count, the heads, ...): that count is left out, the others are planned;
+            # when every count fails, the error is the input's (exit 2)
+            if e.field not in ("space", "training.pipeline_layout"):
+                raise
+            entries.append(PlanEntry(n, None, MappingProxyType({
+                "status": "infeasible", "message": f"no valid configuration: {e}",
+                "least_memory_bytes": None, "memory_limit_bytes": None,
+                "time_to_train_s": None, "gpu_hours": None, "cost": None})))
+            invalid.append(e)
+            continue
         except InfeasibleError as e:
             err = (e.payload or {}).get("error", {})
             entries.append(PlanEntry(n, None, MappingProxyType({
@@ -191,6 +204,8 @@ def run_plan(search: Callable[[int], Any], gpu_counts: Sequence[int], *,
              "configs_evaluated": sum(int(e.figures.get("configs_evaluated", 0))
                                       for e in entries),
              "counts_feasible": sum(e.ok for e in entries)}
+    if invalid and len(invalid) == len(entries):
+        raise invalid[0]
     if not any(e.ok for e in entries):
         msgs = "; ".join(f"{e.gpus} GPUs: {e.figures['message']}" for e in entries[:3])
         raise InfeasibleError(f"no GPU count in {list(counts)} fits: {msgs}")
