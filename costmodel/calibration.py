@@ -150,7 +150,7 @@ _AMPERE = Efficiency(gemm=0.78, gemm_k_half=128.0, memory=0.85, attention=0.35,
 # Fitted on the 7 Hopper runs that run either with tp > 1 (groups mbridge_perf_dense_h100,
 # mbridge_perf_dense_sft, mbridge_perf_moe, megatron_lm_examples_llama_fp8 and
 # torchtitan_docs_perf_2024_h100's async-TP row); the grid and its objective are in
-# docs/calibration-report.md (0.9 before cost model 0.8.1: fitted before the torchtitan row
+# docs/calibration-report.md (0.9 before cost model 0.9.0: fitted before the torchtitan row
 # mapped async TP).
 _HOPPER = Efficiency(gemm=0.68, gemm_k_half=128.0, memory=0.85, attention=0.18,
                      kernel_overhead_s=4e-6, step_overhead_s=0.0,

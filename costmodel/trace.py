@@ -96,7 +96,11 @@ def _layer_ops(ph, config) -> list[TraceOp]:
     forward row of the layer (GEMMs, attention, element-wise, CP communication) again in the
     ``recompute`` pass, the TP table carrying its own recomputed collectives; the embedding
     and the LM head are not recomputed. Partial recompute (``recompute_num_layers``) lists
-    one recomputing layer's rows: the stages say how many of their layers recompute."""
+    one recomputing layer's rows: the stages say how many of their layers recompute. The rows
+    are kernel times: the CP communication's exposed share (what the scorer charges of it),
+    its recompute under selective recompute and the TP collectives of recomputed modules are
+    not split out, so with CP or module recompute the rows differ from the scored recompute
+    by those terms."""
     layer = ph.distinct_layers
     prec = PRECISIONS.index(config.precision)
     act_bytes, gemm_bytes = float(ACT_BYTES[prec]), float(GEMM_BYTES[prec])

@@ -318,3 +318,18 @@ def test_a_plan_leaves_out_the_counts_a_layout_cannot_fit_and_its_advice_fits_th
     rc, out, _ = run_cli(["--model", "llama3-8b", "--gpus", "24", "--gpu", "h100-sxm-80gb",
                           "--pipeline-layout", "Et*10|t*11|t*11L", "-q"])
     assert rc == 0 and "decoder-first" not in out and "stages of the layout" in out
+
+
+def test_megatron_flags_refuse_a_schedule_the_layout_does_not_have():
+    """Megatron derives vpp = stages / pp from the layout: an 8-stage layout on pp 4 under
+    1F1B would run vpp 2 (another schedule than scored), so the flags refuse it; pp 4 x 2
+    interleaved is the layout's."""
+    from optimizer.launch.flags import megatron_args
+
+    tr = TrainingSpec(2048, 64, pipeline_layout="Et|t|t|t|t|t|t*2|t*2L")
+    with pytest.raises(InputError, match="8 stages"):
+        megatron_args(SMALL, CLUSTER, tr, ParallelConfig(tp=2, pp=4, dp=1))
+    a = megatron_args(SMALL, CLUSTER, tr, ParallelConfig(tp=2, pp=4, dp=1,
+                                                          schedule="interleaved",
+                                                          virtual_stages=2))
+    assert a[a.index("--pipeline-model-parallel-layout") + 1] == "Et|(t|)*5tt|ttL"

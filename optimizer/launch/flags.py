@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.errors import InputError
-from costmodel.pipeline_layout import check_layout, rank_layout, without_mtp
+from costmodel.pipeline_layout import check_layout, layout_stages, rank_layout, without_mtp
 from costmodel.schedule import pipeline_layout, stage_layers
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from optimizer.launch.model_facts import model_facts
@@ -286,6 +286,13 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     if layout is not None:
         check_layout(layout, model.num_layers, model.moe.mtp_layers if model.moe else 0)
         rank_layout(layout, config.pp)  # InputError where pp does not divide its stages
+        chunks = config.virtual_stages if _interleaved(config) else 1
+        if config.pp > 1 and config.pp * chunks != layout_stages(layout):
+            # Megatron derives vpp = stages / pp from the layout: another schedule than scored
+            raise InputError("training.pipeline_layout",
+                             f"{layout!r} has {layout_stages(layout)} stages; pp={config.pp} x "
+                             f"{chunks} chunk(s) of the {config.schedule} schedule is not that",
+                             "set pp x virtual_stages to the layout's stages")
     if layout is not None and config.pp > 1:
         # the explicit layout as scored (its MTP modules left out: the flags do not launch
         # the MTP module, optimizer/launch/moe_flags.py); Megatron derives vpp from it

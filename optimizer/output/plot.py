@@ -23,8 +23,10 @@ RECOMMENDED_COLOUR = "#d62728"
 LIMIT_COLOUR = "#d62728"
 OTHER_COLOUR = "#b0b0b0"
 # one colour per layout family (red stays the recommendation's and the limit's)
+# (16: every combination of TP, PP, CP and EP has its own)
 FAMILY_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
-                  "#e377c2", "#7f7f7f", "#bcbd22")
+                  "#e377c2", "#7f7f7f", "#bcbd22", "#aec7e8", "#98df8a", "#c5b0d5",
+                  "#ffbb78", "#9edae5", "#c49c94", "#393b79")
 LABEL_OFFSETS_PT = ((-5, 5, "right", "bottom"), (5, 5, "left", "bottom"),
                     (-5, -5, "right", "top"), (5, -5, "left", "top"))
 # Optional key of a front document with more scored points (not emitted today): a list of
