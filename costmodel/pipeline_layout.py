@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import groupby
 
 import numpy as np
 
@@ -156,6 +157,18 @@ def layout_stages(text: str) -> int:
     return len(parse_layout(text))
 
 
+def check_fit(text: str, pp: int, chunks: int, field: str = _FIELD) -> RankLayout:
+    """The layout's placement on ``pp`` ranks of ``chunks`` model chunks each; InputError
+    (naming ``field``) where pp x chunks is not its stage count (Megatron derives vpp from
+    the layout, so another count would run another schedule) or Megatron cannot place it."""
+    ranks = rank_layout(text, pp)
+    n = layout_stages(text)
+    if pp * chunks != n:
+        raise InputError(field, f"{text!r} has {n} stages; pp={pp} x {chunks} chunk(s) is "
+                         f"{pp * chunks}", "set pp x virtual_stages to the layout's stages")
+    return ranks
+
+
 def fits(text: str | None, pp: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Where a configuration's pp x model chunks equals the layout's stages (all True without a
     layout)."""
@@ -175,12 +188,7 @@ def write_layout(stages) -> str:
             out.append(f"{ch}*{n}" if n >= 3 else ch * n)
         return "".join(out)
 
-    runs: list[list] = []
-    for st in stages:
-        if runs and runs[-1][0] == st:
-            runs[-1][1] += 1
-        else:
-            runs.append([st, 1])
+    runs = [(st, len(list(g))) for st, g in groupby(stages)]
     out = []
     for i, (st, n) in enumerate(runs):
         last_run = i == len(runs) - 1

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from costmodel.errors import InputError
-from costmodel.pipeline_layout import check_layout, layout_stages, rank_layout, without_mtp
+from costmodel.pipeline_layout import check_fit, check_layout, without_mtp
 from costmodel.schedule import pipeline_layout, stage_layers
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from optimizer.launch.model_facts import model_facts
@@ -285,14 +285,8 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     layout = training.pipeline_layout if training is not None else None
     if layout is not None:
         check_layout(layout, model.num_layers, model.moe.mtp_layers if model.moe else 0)
-        rank_layout(layout, config.pp)  # InputError where pp does not divide its stages
-        chunks = config.virtual_stages if _interleaved(config) else 1
-        if config.pp > 1 and config.pp * chunks != layout_stages(layout):
-            # Megatron derives vpp = stages / pp from the layout: another schedule than scored
-            raise InputError("training.pipeline_layout",
-                             f"{layout!r} has {layout_stages(layout)} stages; pp={config.pp} x "
-                             f"{chunks} chunk(s) of the {config.schedule} schedule is not that",
-                             "set pp x virtual_stages to the layout's stages")
+        if config.pp > 1:
+            check_fit(layout, config.pp, config.virtual_stages if _interleaved(config) else 1)
     if layout is not None and config.pp > 1:
         # the explicit layout as scored (its MTP modules left out: the flags do not launch
         # the MTP module, optimizer/launch/moe_flags.py); Megatron derives vpp from it
@@ -523,7 +517,7 @@ def deepspeed_refusal(config: ParallelConfig) -> list[str]:
         r.append(f"DeepSpeed: selective recompute of {config.recompute_modules} is "
                  "Megatron-Core's --recompute-modules; Megatron-DeepSpeed checkpoints the "
                  "attention core only")
-    if config.recompute == "full" and config.recompute_num_layers > 0:
+    if _partial_layers(config):
         r.append(f"DeepSpeed: recompute of {config.recompute_num_layers} layers per chunk "
                  "(Megatron-Core's block method) is not in the emitted config, which "
                  "checkpoints every layer")
@@ -616,7 +610,7 @@ def _torchtitan_chunk_gap(model: ModelSpec, config: ParallelConfig, training, cl
                 "the end stages lighter than the middle ones only)"]
     if not _interleaved(config):
         return []
-    n = config.recompute_num_layers if config.recompute == "full" else 0
+    n = _partial_layers(config)
     if n > 0:
         # PartialFullAC checkpoints the first n blocks of each model part; the cost model
         # prices v x min(n, layers / v) per rank, torchtitan's lighter first and last chunks
@@ -737,16 +731,17 @@ def torchtitan_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         a += ["--training.mixed_precision_param", "bfloat16"]
     elif config.precision in ("fp32", "tf32"):
         a += ["--training.mixed_precision_param", "float32"]
-    if not _torchtitan_partial(config):  # partial: the config module's PartialFullAC
+    if not _partial_layers(config):  # partial: the config module's PartialFullAC
         a.append("activation_checkpoint:" + ("full" if config.recompute == "full" else
                                              "selective" if config.recompute == "selective"
                                              else "none"))
     return a
 
 
-def _torchtitan_partial(config: ParallelConfig) -> int:
-    """Blocks per model chunk the config module's ``PartialFullAC`` checkpoints (partial
-    full recompute, ``recompute_num_layers``); 0 where the CLI's policy is the scored one."""
+def _partial_layers(config: ParallelConfig) -> int:
+    """Layers per model chunk that partial full recompute (``recompute_num_layers``)
+    recomputes: what torchtitan's config module's ``PartialFullAC`` checkpoints; 0 where the
+    recompute is not partial."""
     return config.recompute_num_layers if config.recompute == "full" else 0
 
 
@@ -862,7 +857,7 @@ def torchtitan_config_source(model: ModelSpec, training: TrainingSpec,
     return _TT_SOURCE.format(name=model.name, module=TORCHTITAN_MODULE, config=TORCHTITAN_CONFIG,
                              model=torchtitan_model(model, training),
                              float8=config.precision == "fp8",
-                             recompute_num_layers=_torchtitan_partial(config))
+                             recompute_num_layers=_partial_layers(config))
 
 
 # --------------------------------------------------------------------------------------------

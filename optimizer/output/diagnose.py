@@ -303,12 +303,9 @@ def _stage_plan(problem, c, metrics) -> Finding | None:
 
 def _runs_text(layers) -> str:
     """Layers per rank with runs of equal ranks written ``n x k``: ``8 x 7, 5``."""
-    runs: list[list[int]] = []
-    for n in layers:
-        if runs and runs[-1][0] == n:
-            runs[-1][1] += 1
-        else:
-            runs.append([n, 1])
+    from itertools import groupby
+
+    runs = ((n, len(list(g))) for n, g in groupby(layers))
     return ", ".join(f"{n} x {k}" if k > 1 else f"{n}" for n, k in runs)
 
 

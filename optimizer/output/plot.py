@@ -221,50 +221,43 @@ def _label_points(fig, ax, pts: Sequence[tuple[float, float, int]]) -> list:
     minimise-x front, since it would dominate the point), and a point whose every corner is
     taken joins the label it collides with (``#9,#10``). Positions are measured on the laid-out
     figure (the renderer's text extents), so the rule holds at the size it is saved at."""
+    from matplotlib.transforms import Bbox
+
     fig.draw_without_rendering()  # fixes the constrained layout, hence the transforms
     renderer = fig.canvas.get_renderer()
-    placed: list = []  # (annotation, [indices])
-    point_boxes = []
-    for x, y, _ in pts:  # the markers themselves: labels keep off them (46 pt^2 ~ 7 pt wide)
-        cx, cy = ax.transData.transform((x, y))
-        r = 3.5 * fig.dpi / 72.0
-        from matplotlib.transforms import Bbox
-
-        point_boxes.append(Bbox.from_extents(cx - r, cy - r, cx + r, cy + r))
+    r = 3.5 * fig.dpi / 72.0  # the markers themselves: labels keep off them (46 pt^2 ~ 7 pt)
+    point_boxes = [Bbox.from_extents(cx - r, cy - r, cx + r, cy + r)
+                   for cx, cy in (ax.transData.transform((x, y)) for x, y, _ in pts)]
     own = {i: k for k, (_, _, i) in enumerate(pts)}  # a label must sit nearest its point
+    placed: list = []  # [annotation, its window extent, [indices]]
     for x, y, i in sorted(pts, key=lambda p: (-p[1], p[0])):  # the faster first
-        done = False
+        first_box = None
         for dx, dy, ha, va in LABEL_OFFSETS_PT:
             ann = ax.annotate(f"#{i}", (x, y), textcoords="offset points", xytext=(dx, dy),
                               ha=ha, va=va, fontsize=8, color="#444444", zorder=4)
             box = ann.get_window_extent(renderer)
-            if not _overlaps(box, [a.get_window_extent(renderer) for a, _ in placed]) \
+            first_box = first_box or box
+            if not _overlaps(box, [b for _, b, _ in placed]) \
                     and not _overlaps(box, point_boxes) \
                     and _nearest(box, point_boxes) == own[i]:
-                placed.append((ann, [i]))
-                done = True
+                placed.append([ann, box, [i]])
                 break
             ann.remove()
-        if done:
-            continue
-        # every corner collides: join the label nearest to the point's first choice
-        ann = ax.annotate(f"#{i}", (x, y), textcoords="offset points", xytext=(-5, 5),
-                          ha="right", va="bottom", fontsize=8)
-        box = ann.get_window_extent(renderer)
-        ann.remove()
-        hits = [k for k, (a, _) in enumerate(placed) if box.overlaps(a.get_window_extent(
-            renderer))] or [min(range(len(placed)), key=lambda k: _distance(
-                placed[k][0].get_window_extent(renderer), box))]
-        a, idx = placed[hits[0]]
-        idx.append(i)
-        a.set_text(",".join(f"#{j}" for j in sorted(idx)))
-    return [a for a, _ in placed]
+        else:
+            # every corner collides: join the label its first choice hits (else the nearest)
+            hits = [k for k, (_, b, _) in enumerate(placed) if first_box.overlaps(b)] or [
+                min(range(len(placed)), key=lambda k: _distance(placed[k][1], first_box))]
+            entry = placed[hits[0]]
+            entry[2].append(i)
+            entry[0].set_text(",".join(f"#{j}" for j in sorted(entry[2])))
+            entry[1] = entry[0].get_window_extent(renderer)
+    return [a for a, _, _ in placed]
 
 
 def _nearest(box, point_boxes) -> int:
     """The point (index into ``point_boxes``) nearest to a label box's centre, measured to
     the label's closest edge, so the reader ties the label to it."""
-    cx = min(max((box.x0 + box.x1) / 2, box.x0), box.x1)
+    cx = (box.x0 + box.x1) / 2
 
     def gap(b):
         px, py = (b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2

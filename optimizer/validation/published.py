@@ -1123,7 +1123,7 @@ def pipeline_layout_of(par: Mapping[str, Any], spec: ModelSpec, pp: int, vpp: in
     text = _hint(par).get("pp_layout")
     if not text:
         return None
-    from costmodel.pipeline_layout import check_layout, rank_layout, without_mtp
+    from costmodel.pipeline_layout import check_fit, check_layout, without_mtp
     mtp = spec.moe.mtp_layers if spec.moe is not None else 0
     text = str(text)
     if not mtp and "m" in text:
@@ -1131,11 +1131,8 @@ def pipeline_layout_of(par: Mapping[str, Any], spec: ModelSpec, pp: int, vpp: in
         # prices one: the layout is scored with its stages' MTP modules left out
         text = without_mtp(text)
     try:
-        stages = check_layout(text, spec.num_layers, mtp)
-        if len(stages) != pp * max(vpp, 1):
-            raise InputError("recipe_hint.pp_layout", f"{text!r} has {len(stages)} stages; "
-                             f"pp x vpp = {pp * max(vpp, 1)}")
-        rank_layout(text, pp)
+        check_layout(text, spec.num_layers, mtp)
+        check_fit(text, pp, max(vpp, 1), field="recipe_hint.pp_layout")
     except InputError as e:
         raise SkipEntry(f"pipeline layout rejected: {e}") from None
     return text
