@@ -120,15 +120,21 @@ def row_time(op: Op, times: dict[str, np.ndarray]) -> np.ndarray:
     return t
 
 
-def pass_time(table: OpTable, times: dict[str, np.ndarray], pass_: str) -> np.ndarray:
-    """GPU time of a pass's compute rows: categories in order, each the sum of its rows."""
+def pass_time(table: OpTable, times: dict[str, np.ndarray], pass_: str,
+              category: str | None = None) -> np.ndarray:
+    """GPU time of a pass's compute rows: categories in order, each the sum of its rows
+    (``category``: that category's rows only, 0 where it has none)."""
     sums: dict[str, np.ndarray] = {}
     for op in table.ops:
         if op.pass_ != pass_ or op.group is not None:
             continue
+        if category is not None and op.category != category:
+            continue
         t = row_time(op, times)
         sums[op.category] = sums[op.category] + t if op.category in sums else t
     parts = list(sums.values())
+    if not parts:
+        return np.zeros(())
     total = parts[0]
     for t in parts[1:]:
         total = total + t
@@ -502,12 +508,16 @@ class LayerCosts:
     cp_buffer_bytes: np.ndarray = 0.0
     # selective recompute by modules: one layer's recomputed module outputs in its backward
     recompute_transient_bytes: np.ndarray = 0.0
+    # MoE: the MoE block's rows' share of forward_s and backward_s (the windows of
+    # costmodel.moe_overlap); 0 for a dense layer
+    moe_forward_s: np.ndarray = 0.0
+    moe_backward_s: np.ndarray = 0.0
     tables: tuple[OpTable, ...] = field(default=(), compare=False)
     times: dict = field(default_factory=dict, compare=False)
 
     def take(self, index) -> LayerCosts:
         """Costs per configuration from costs per distinct layer (``index`` gathers)."""
-        return LayerCosts(*(getattr(self, name)[index] for name in _COST_FIELDS))
+        return LayerCosts(*(_gather(getattr(self, name), index) for name in _COST_FIELDS))
 
     def with_(self, **kw) -> LayerCosts:
         return replace(self, **kw)
@@ -519,6 +529,11 @@ class LayerCosts:
 
 
 _COST_FIELDS = tuple(f.name for f in fields(LayerCosts) if f.name not in ("tables", "times"))
+
+
+def _gather(x, index):
+    """A cost field per configuration: arrays gathered, a scalar default kept."""
+    return x[index] if np.ndim(x) else x
 
 
 def cp_collectives(sh: Shard, dev: Device) -> OpTable:
@@ -730,6 +745,8 @@ def layer_costs(model: ModelSpec, training: TrainingSpec, eff: Efficiency, fw, g
         cp_comm_s=cp_f + cp_b + np.where(rc == 2, cp_f, cp_rc),
         cp_recompute_s=np.where(rc == 2, cp_f, cp_rc), cp_buffer_bytes=cp_buf,
         recompute_transient_bytes=np.broadcast_to(rc_mod.transient_bytes, rc.shape),
+        moe_forward_s=np.broadcast_to(pass_time(layer, times, FORWARD, "moe"), rc.shape),
+        moe_backward_s=np.broadcast_to(pass_time(layer, times, BACKWARD, "moe"), rc.shape),
         tables=tables, times=times)
 
 

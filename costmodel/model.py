@@ -135,7 +135,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
 
     layer, distinct = price_distinct_layers(model, training, eff, fw, gpu, system, batch, groups)
     layer, moe = _with_moe(layer, model, cluster, system, training, batch, shard, ea,
-                           fw.host.host_overlap_p)
+                           fw.host.host_overlap_p, m, v)
     layer = accumulate_gradients(layer, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
     head, emb = _end_shares(layer)
@@ -233,21 +233,28 @@ def partial_recompute(model, training, eff, fw, cluster, system, batch: ConfigBa
     plain, _ = price_distinct_layers(model, training, eff, fw, cluster.gpu, system, plain_batch,
                                      groups)
     plain, _ = _with_moe(plain, model, cluster, system, training, plain_batch, shard, ea,
-                         fw.host.host_overlap_p)
+                         fw.host.host_overlap_p, m, v)
     plain = accumulate_gradients(plain, m, sharded.bf16_optimizer,
                                  model.tied_embeddings & (batch.pp == 1))
     return PartialRecompute(n, v, plain)
 
 
 def _with_moe(layer: LayerCosts, model, cluster, system, training, batch, shard, ea,
-              host_overlap_p: float = 7.0) -> tuple[LayerCosts, dict | None]:
-    """The layer with a MoE model's exposed EP communication and dispatcher host stall added,
-    and the MoE terms (the layer and None for a dense model)."""
+              host_overlap_p: float, m, v) -> tuple[LayerCosts, dict | None]:
+    """The layer with a MoE model's exposed EP communication (less what Megatron's EP
+    overlap hides: costmodel.moe_overlap) and dispatcher host stall added, and the MoE terms
+    (the layer and None for a dense model)."""
     if model.moe is None:
         return layer, None
+    from costmodel import moe_overlap
     from costmodel.moe import moe_host_stall_s
 
     moe = _moe_terms(model, cluster, system, training, batch, shard, ea)
+    applies = moe_overlap.ep_overlap_applies(training, batch, v)
+    if applies.any():
+        moe["ep_comm_s"] = moe_overlap.exposed_ep_s(
+            layer, moe["ep_comm_s"], applies, moe_overlap.unpaired_share(batch, m, v),
+            cluster.gpu.sm_count)
     layer = layer.with_(tp_comm_s=layer.tp_comm_s + moe["ep_comm_s"])
     stall = moe_host_stall_s(training, moe["shape"], batch.recompute, model=model,
                              gpu_layer_s=layer.total_s, host_overlap_p=host_overlap_p,

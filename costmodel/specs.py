@@ -815,6 +815,10 @@ class TrainingSpec:
     # MoE token dispatcher: alltoall (Megatron's default) | flex (DeepEP / HybridEP: a token
     # crosses to each remote host once, forwarded over NVLink there)
     moe_dispatcher: str = "alltoall"
+    # MoE: Megatron-Core's --overlap-moe-expert-parallel-comm (combined 1F1B: one
+    # micro-batch's all-to-all under another's compute; costmodel.moe_overlap), applied where
+    # Megatron runs it
+    moe_ep_overlap: bool = False
     # Megatron-Core's --pipeline-model-parallel-layout (costmodel.pipeline_layout): the layers,
     # embedding, MTP and loss of every virtual stage; it fixes pp x vpp to its stage count.
     # None: Megatron's default split (or stage_plan balanced)
@@ -842,7 +846,7 @@ class TrainingSpec:
         for name in ("flash_attention", "overlap_grad_reduce", "dropout", "tp_comm_overlap",
                      "overlap_p2p_comm", "fp8_param_gather", "grad_reduce_in_bf16",
                      "moe_cuda_graph", "moe_attention_graphed", "expandable_segments",
-                     "fp8_dot_product_attention"):
+                     "fp8_dot_product_attention", "moe_ep_overlap"):
             _set(self, name, _bool("training", name, getattr(self, name)))
         if self.pipeline_layout is not None:
             from costmodel.pipeline_layout import parse_layout

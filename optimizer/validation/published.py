@@ -1394,6 +1394,10 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                                 "fp8_dot_product_attention")) is True and precision == "fp8",
                             moe_dispatcher=moe_dispatcher_of(par) if moe is not None
                             else "alltoall",
+                            # --overlap-moe-expert-parallel-comm (the recipe's
+                            # moe_a2a_overlap); the cost model applies it where Megatron runs it
+                            moe_ep_overlap=moe is not None and _bool_field(
+                                _hint(par).get("moe_a2a_overlap")) is True,
                             pipeline_layout=pipeline_layout_of(par, spec, pp, vpp))
 
     step, src = measured_step_time(measured, derived, training.tokens_per_step, world,
