@@ -159,7 +159,8 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                             model.tied_embeddings, gpu.memory_bandwidth_bytes_per_s)
     cx = memory_context(fw, eff, batch, sharded, shard, layer, plan, m, ea, params.layer,
                         training, gpu, model.tied_embeddings)
-    cx = cx if moe is None else replace(cx, transient=cx.transient + moe["dispatch_buffers"])
+    cx = cx if moe is None else replace(cx, transient=cx.transient + moe["dispatch_buffers"],
+                                        extra_warmup=moe["ep_overlap"].astype(float))
     mem = peak_memory(plan, params, cx, sharded, m, v, sched, groups.nccl_buffers_bytes, eff,
                       gpu.memory_bytes, expert)
     n_gpus = shard.tp * batch.pp.astype(float) * sharded.dp  # sharded.dp: dp x cp
@@ -251,6 +252,7 @@ def _with_moe(layer: LayerCosts, model, cluster, system, training, batch, shard,
 
     moe = _moe_terms(model, cluster, system, training, batch, shard, ea)
     applies = moe_overlap.ep_overlap_applies(training, batch, v)
+    moe["ep_overlap"] = applies
     if applies.any():
         moe["ep_comm_s"] = moe_overlap.exposed_ep_s(
             layer, moe["ep_comm_s"], applies, moe_overlap.unpaired_share(batch, m, v),

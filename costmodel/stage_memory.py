@@ -174,6 +174,8 @@ class MemoryContext:
     # layer's and final norm's on the loss's (0: not gathered, or the whole stage is)
     root_embedding: np.ndarray | float = 0.0
     root_head: np.ndarray | float = 0.0
+    # chunk forwards added to the interleaved warm-up (Megatron's EP overlap: 1)
+    extra_warmup: np.ndarray | float = 0.0
 
 
 def fragmentation_fraction(eff, expandable_segments: bool = True) -> float:
@@ -283,7 +285,7 @@ def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: Sta
                  sched, expert=None) -> StageMemory:
     """One stage group's memory: its layers' activations for the micro-batches in flight on
     its representative stage, model states of its parameters, the loss where it sits."""
-    infl = microbatches_in_flight(sched, plan.pp, m, v, g.index)
+    infl = microbatches_in_flight(sched, plan.pp, m, v, g.index, cx.extra_warmup)
     act = g.layers * cx.per_layer_act * infl + cx.transient
     n = cx.recompute_layers
     if n is not None and (n > 0).any():
