@@ -117,6 +117,11 @@ def main_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp-comm-overlap", action="store_true",
                    help="Megatron-Core --tp-comm-overlap: TP collectives overlap GEMMs "
                         "(with sequence parallelism; default: off)")
+    p.add_argument("--moe-ep-overlap", action="store_true",
+                   help="Megatron-Core --overlap-moe-expert-parallel-comm: a MoE layer's EP "
+                        "all-to-all overlaps another micro-batch's compute (combined 1F1B; "
+                        "priced and emitted where Megatron runs it: ep > 1, pp 1 or "
+                        "interleaved, no full or partial recompute; default: off)")
     p.add_argument("--memory-limit-gib", type=float,
                    help="per-GPU memory limit in GiB, at most the GPU's memory (default: "
                         "--memory-fraction x HBM)")
@@ -185,6 +190,8 @@ def training_flags(args: argparse.Namespace) -> dict | None:
         out["framework"] = args.framework
     if args.tp_comm_overlap:
         out["tp_comm_overlap"] = True
+    if getattr(args, "moe_ep_overlap", False):
+        out["moe_ep_overlap"] = True
     if getattr(args, "pipeline_layout", None) is not None:
         out["pipeline_layout"] = args.pipeline_layout
     return out or None

@@ -15,7 +15,8 @@ _DEFINITION_FLAGS = ("model", "gpus", "cluster", "seq_length", "global_batch_siz
                      "memory_limit_gib", "framework", "batch_size", "tokens",
                      "gpu_hour_cost")
 _DEFAULTED_FLAGS = ("gpu", "gpus_per_node", "memory_fraction", "sampler", "trials", "seed",
-                    "trials_per_batch", "allow_cross_node_tp", "tp_comm_overlap")
+                    "trials_per_batch", "allow_cross_node_tp", "tp_comm_overlap",
+                    "moe_ep_overlap")
 
 
 def _check_no_definition_flags(args: argparse.Namespace) -> None:

@@ -265,3 +265,22 @@ def test_training_flags_on_the_command_line():
     assert ds["inputs"]["training"]["framework"] == "deepspeed"
     rc, _, err = run_cli(["--model", "7b", "--gpus", "8", "--framework", "jax"])
     assert rc == 2 and "--framework" in err and "Traceback" not in err
+
+
+def test_moe_ep_overlap_on_the_command_line():
+    # --moe-ep-overlap lands in inputs.training and the fingerprint; the EP all-to-all of
+    # Qwen3-30B-A3B over two H100 nodes then hides under compute where Megatron runs the
+    # overlap (no full recompute), so the fastest layout is faster and does not recompute
+    base = ["--model", "qwen3-30b-a3b", "--gpus", "16", "--gpu", "h100-sxm-80gb",
+            "--seq-length", "4096", "--global-batch-size", "256", "--ep", "8,16"]
+    plain = run_cli_json(base, "front")
+    over = run_cli_json(base + ["--moe-ep-overlap"], "front")
+    assert "moe_ep_overlap" not in plain["inputs"]["training"]
+    assert over["inputs"]["training"]["moe_ep_overlap"] is True
+    assert over["inputs"]["fingerprint"] != plain["inputs"]["fingerprint"]
+
+    def fastest(doc):
+        return max(doc["pareto_front"], key=lambda p: p["metrics"]["tokens_per_s"])
+    assert (fastest(over)["metrics"]["tokens_per_s"]
+            > 1.05 * fastest(plain)["metrics"]["tokens_per_s"])
+    assert fastest(over)["config"]["recompute"] != "full"
