@@ -30,8 +30,8 @@ Mapping (``../shared/validation/README.md``, followed exactly)
   h800-sxm-80gb, GB200 / GB300 -> gb200 / gb300, B200 / B300 -> b200 / b300, V100 ->
   v100-sxm-32gb, MI300X / MI325X / MI350X / MI355X -> their keys; nodes of ``gpus_per_node``
   (default 8) GPUs, the GPU's default intra-node fabric; ``hardware.nvlink_domain_gpus`` (72
-  on NVL72 racks) is ``ClusterSpec.gpus_per_domain`` (the link model does not price the
-  multi-host domain yet: issue 23).
+  on NVL72 racks) is ``ClusterSpec.gpus_per_domain`` (groups inside it run on NVLink, NCCL's
+  multi-node NVLink: cost model 0.5.0).
 - Inter-node: "Nx ... G Gb/s" -> N NICs of G Gb/s; "N Gbps (per node)" -> N/200 NICs of
   200 Gb/s; Omni-Path -> 4 NICs of 100 Gb/s; otherwise the GPU's default cluster. RoCE in the
   text -> RoCE fabric (latency), else InfiniBand.
@@ -815,8 +815,9 @@ PRECISION_NORM: dict[str, str] = {
 # dense model families whose NVIDIA performance recipes run without recomputation (README)
 _NO_RECOMPUTE_FAMILIES = re.compile(r"llama|gpt-?3|qwen\s*3|qwen3|gpt-?oss", re.IGNORECASE)
 _NOT_STATED = re.compile(r"\s*(not\s+stated|not\s+determined|unknown|n/?a\b)", re.IGNORECASE)
-SKIP_CP = "cp > 1: context parallelism not modelled yet (issue 21)"
-SKIP_MOE = "MoE (issue 22): mixture of experts not modelled yet"
+SKIP_CP = "cp > 1 (issue 21): the entry's context-parallel layout cannot be scored"
+SKIP_MOE = ("MoE (issue 22): a mixture of experts without a complete model.moe block (experts, "
+            "top-k, expert width), or a hybrid Mamba one")
 SKIP_MAMBA = "mamba: hybrid Mamba models are not modelled"
 
 
