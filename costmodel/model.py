@@ -108,6 +108,10 @@ class Phases:
     data_parallel: DataParallelStep
     memory: MemoryResult
     scores: Scores
+    # a MoE layer's EP all-to-all per micro-batch left on the critical path (after
+    # Megatron's EP overlap where it applies: costmodel.moe_overlap), what the layer's
+    # tp_comm_s carries of it; None for a dense model
+    moe_ep_comm_s: np.ndarray | None = None
 
 
 def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
@@ -169,7 +173,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     scores = metrics.scores(model, training, plan, layer, st, steady, timeline, dp, mem, groups,
                             m, peak, eff, n_gpus, ref, partial=partial)
     return Phases(fw, groups, shard, sharded, layer, distinct, plan, pipe, st, timeline, steady,
-                  params, dp, mem, scores)
+                  params, dp, mem, scores, None if moe is None else moe["ep_comm_s"])
 
 
 def _stage_plan(model: ModelSpec, training: TrainingSpec, batch: ConfigBatch, head, emb, v):

@@ -284,45 +284,6 @@ def ep_comm_s(cluster, system, batch, ms: MoEShape, hidden: float, ea: float, rc
 SMALL_ROWS_PER_EXPERT = 512.0
 
 
-def moe_diagnostics(model, cluster, training, config) -> dict:
-    """One configuration's MoE facts for the diagnosis: the EP (and expert-TP) communication
-    per step (the layer's dispatch/combine all-to-alls times the heaviest stage's layers and
-    the micro-batches), the host stall per step, whether the EP group leaves the NVLink
-    domain, and the rows each local expert's GEMM gets. Empty for a dense model."""
-    if model.moe is None:
-        return {}
-    from costmodel.batch import ConfigBatch
-    from costmodel.compute import ACT_BYTES
-    from costmodel.groups import nccl_system
-    from costmodel.shard import shard_of
-    from costmodel.specs import Precision
-
-    batch = ConfigBatch.from_configs([config])
-    sh = shard_of(model, training, batch, cluster.gpus_per_node)
-    ms = moe_shape(model, training, batch, sh.tokens, sh.tp)
-    ea = float(ACT_BYTES[batch.precision][0])
-    layer = float(ep_comm_s(cluster, nccl_system(cluster), batch, ms, sh.hidden, ea,
-                            batch.recompute, model, training)[0])
-    m = training.global_batch_size / (config.micro_batch_size * config.dp)
-    layers = -(-model.num_layers // config.pp)
-    try:
-        g = group(cluster, Layout(tp=config.tp, cp=config.cp, dp=config.dp, pp=config.pp,
-                                  ep=config.ep, etp=config.etp), "ep")
-        crosses = g.domains > 1
-    except Exception:  # an expert grid the rules reject
-        crosses = False
-    return {"ep_comm_s": layer * layers * m,
-            # the dropless dispatcher's sync stall; none when padded to capacity (the host
-            # runs ahead: a host-bound layer shows as the step's host overhead)
-            "host_stall_s": 0.0 if model.moe.capacity_factor is not None
-            else float(moe_host_stall_s(training, ms, batch.recompute, model=model,
-                                        fp8=batch.precision == Precision.FP8)[0])
-            * layers * m,
-            "ep_crosses_domain": bool(crosses and config.ep > 1),
-            "rows_per_expert": float(ms.rows_per_expert[0]),
-            "local_experts": float(ms.local_experts[0])}
-
-
 def expert_launches(model, fp8) -> np.ndarray:
     """Kernel launches per local expert of one MoE layer and micro-batch (forward and
     backward), from core_v0.16.1's ``TEGroupedMLP`` on Transformer Engine's
@@ -480,5 +441,5 @@ def expert_param_split(model) -> tuple[float, float]:
 
 __all__ = ["DEFAULT_LOAD_IMBALANCE", "GROUPED_GEMM_TILE_M", "MOE_ALLTOALL_HOST_S", "MOE_ATTENTION_HOST_S", "MOE_HOST_STALL_S", "MOE_LAUNCH_HOST_S", "SMALL_ROWS_PER_EXPERT", "MoEShape", "active_layer_gemm_params",
            "dispatcher_buffer_bytes", "ep_comm_s", "expert_launches", "expert_param_split", "moe_activation_delta",
-           "moe_diagnostics", "moe_host_launch_s", "moe_host_stall_s", "moe_kernels",
+           "moe_host_launch_s", "moe_host_stall_s", "moe_kernels",
            "moe_shape"]

@@ -29,7 +29,7 @@ the interleaved warm-up plus the one extra forward the overlap schedules).
 
 Where Megatron runs it (core_v0.16.1 ``TransformerConfig.__post_init__`` asserts, and
 ``schedules.py``): ep > 1; the alltoall or flex dispatcher (paraplan's two); no full
-recompute and no recompute method (partial recompute); pp = 1 or the interleaved schedule
+recompute and no recompute method (partial recompute); a bf16 or fp16 model; pp = 1 or the interleaved schedule
 (a virtual pipeline size is required when pp > 1); no CUDA graph of the MoE block or of the
 whole iteration (only ``transformer_engine`` graphs without the ``moe`` / ``mlp`` scopes are
 allowed: :attr:`TrainingSpec.moe_cuda_graph` marks the ones it refuses). Elsewhere the
@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.schedule import INTERLEAVED
+from costmodel.specs import Precision, Recompute
 
 #: SMs the all-to-all kernels hold while they overlap compute: DeepSeek-V3's 20 of the H800's
 #: 132 (DeepSeek-V3 technical report, sections 3.2.2 and 3.5.1), Megatron's historical
@@ -54,16 +55,63 @@ def _exposed(comm_s, window_s, held: float) -> np.ndarray:
     return np.maximum(0.0, comm_s - window_s) + held * np.minimum(comm_s, window_s)
 
 
+#: Megatron-Core core_v0.16.1's conditions for the overlap, per configuration: (what it
+#: needs, the test on a batch and its chunks per rank ``v``). ``TransformerConfig
+#: .__post_init__`` asserts ep > 1, recompute_granularity != 'full', recompute_method and
+#: recompute_num_layers None (paraplan's partial recompute is full recompute on N layers
+#: with the block method), bf16 or fp16 (paraplan's fp8 runs in bf16: ``--bf16`` with
+#: ``--fp8-format``, optimizer/launch/flags.py), and a virtual pipeline size when pp > 1
+#: (the interleaved schedule with v > 1). The alltoall/flex dispatcher holds for paraplan's
+#: two.
+_RULES = (
+    ("ep > 1 (expert parallelism)", lambda b, v: b.ep > 1),
+    ("no full recompute", lambda b, v: b.recompute != Recompute.FULL),
+    ("no partial recompute (recompute_num_layers 0)", lambda b, v: b.recompute_num_layers == 0),
+    ("a bf16 or fp16 model (precision bf16, fp16 or fp8)",
+     lambda b, v: np.isin(b.precision, (Precision.BF16, Precision.FP16, Precision.FP8))),
+    ("pp = 1 or the interleaved schedule with virtual_stages > 1",
+     lambda b, v: (b.pp == 1) | ((b.schedule == INTERLEAVED) & (np.asarray(v) > 1))),
+)
+
+#: why a CUDA-graphed MoE block refuses it (core_v0.16.1 ``TransformerConfig.__post_init__``)
+_GRAPH_RULE = ("no CUDA graph of the MoE block or the whole iteration (moe_cuda_graph)")
+
+
 def ep_overlap_applies(training, batch, v) -> np.ndarray:
     """Per configuration: whether Megatron-Core runs the overlap (the module docstring's
-    conditions) when ``training.moe_ep_overlap`` asks for it."""
+    conditions, :data:`_RULES`) when ``training.moe_ep_overlap`` asks for it."""
     n = len(batch)
     if not training.moe_ep_overlap or training.moe_cuda_graph:
         return np.zeros(n, bool)
-    pipelined = batch.pp > 1
-    interleaved = (batch.schedule == INTERLEAVED) & (np.asarray(v) > 1)
-    return ((batch.ep > 1) & (batch.recompute != 2) & (batch.recompute_num_layers == 0)
-            & (~pipelined | interleaved))
+    out = np.ones(n, bool)
+    for _, test in _RULES:
+        out &= np.asarray(test(batch, v), bool)
+    return out
+
+
+def _one(config):
+    """A batch of one configuration and its ``v`` (the virtual stages: the rules read them
+    only under the interleaved schedule)."""
+    from costmodel.batch import ConfigBatch
+
+    batch = ConfigBatch.from_configs([config])
+    return batch, batch.virtual_stages
+
+
+def applies_to(training, config) -> bool:
+    """:func:`ep_overlap_applies` of one :class:`ParallelConfig` (a batch of one)."""
+    batch, v = _one(config)
+    return bool(ep_overlap_applies(training, batch, v)[0])
+
+
+def unmet(training, config) -> list[str]:
+    """What one configuration lacks of the conditions (empty where the overlap applies or
+    is not asked for): the same tests as :func:`ep_overlap_applies`."""
+    if not training.moe_ep_overlap:
+        return []
+    batch, v = _one(config)
+    out = [_GRAPH_RULE] if training.moe_cuda_graph else []
+    return out + [need for need, test in _RULES if not bool(np.asarray(test(batch, v))[0])]
 
 
 def unpaired_share(batch, m, v) -> np.ndarray:
@@ -94,4 +142,5 @@ def exposed_ep_s(layer, ep_comm_s, applies, unpaired, sm_count: float) -> np.nda
     return np.where(applies, out, a)
 
 
-__all__ = ["EP_COMM_SMS", "ep_overlap_applies", "exposed_ep_s", "unpaired_share"]
+__all__ = ["EP_COMM_SMS", "applies_to", "ep_overlap_applies", "exposed_ep_s", "unmet",
+           "unpaired_share"]

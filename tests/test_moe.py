@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -623,3 +624,61 @@ def test_attention_cuda_graph_takes_its_launches_off_the_host_time():
                   **cols).layer.host_s[0]
     frac = p.model.moe_layers / p.model.num_layers
     assert eager - attn == pytest.approx(frac * MOE_ATTENTION_HOST_S)
+
+
+def _qwen32():
+    return _problem(model="qwen3-30b-a3b", gpus=32, seq=4096, gbs=256)
+
+
+def test_megatron_flags_carry_the_ep_overlap_only_where_it_applies():
+    from costmodel.specs import ParallelConfig
+    from optimizer.launch.flags import launch_bundle, megatron_args
+
+    p = _qwen32()
+    on = replace(p.training, moe_ep_overlap=True)
+    flag = "--overlap-moe-expert-parallel-comm"
+    pp1 = ParallelConfig(tp=1, pp=1, dp=32, ep=8, micro_batch_size=1, zero_stage=1)
+    inter = ParallelConfig(tp=1, pp=2, dp=16, ep=8, micro_batch_size=1, zero_stage=1,
+                           schedule="interleaved", virtual_stages=2)
+    plain = ParallelConfig(tp=1, pp=2, dp=16, ep=8, micro_batch_size=1, zero_stage=1)
+    assert flag in megatron_args(p.model, p.cluster, on, pp1)
+    assert flag in megatron_args(p.model, p.cluster, on, inter)
+    assert flag not in megatron_args(p.model, p.cluster, p.training, pp1)  # not asked for
+    b = launch_bundle(p.model, p.cluster, on, plain)  # pp 2 under 1F1B: Megatron refuses
+    assert flag not in b["megatron_args"]
+    assert [w for w in b["warnings"] if w.startswith("moe_ep_overlap")] == [
+        "moe_ep_overlap: --overlap-moe-expert-parallel-comm is not emitted (and not scored) "
+        "for this configuration: Megatron-Core core_v0.16.1 needs pp = 1 or the interleaved "
+        "schedule with virtual_stages > 1"]
+    assert not any(w.startswith("moe_ep_overlap") for w in
+                   launch_bundle(p.model, p.cluster, on, pp1)["warnings"])
+
+
+def test_moe_diagnosis_reads_the_exposed_all_to_all():
+    from costmodel.moe_diagnosis import moe_diagnostics
+    from costmodel.specs import ParallelConfig
+    from optimizer.output.diagnose import _moe
+
+    p = _qwen32()
+    on = replace(p, training=replace(p.training, moe_ep_overlap=True))
+    # ep 32 spans the 4 hosts: its all-to-all on the NICs, larger than the layer's compute
+    c = ParallelConfig(tp=1, pp=1, dp=32, ep=32, etp=1, micro_batch_size=1, zero_stage=1)
+    d_off = moe_diagnostics(p.model, p.cluster, p.training, c)
+    d_on = moe_diagnostics(on.model, on.cluster, on.training, c)
+    assert not d_off["ep_overlap_applies"] and d_on["ep_overlap_applies"]
+    # the share is the exposed all-to-all the step charges: per layer as the model has it
+    ph = _score(on, tp=[1], pp=[1], dp=[32], ep=[32], etp=[1], micro_batch_size=[1],
+                zero_stage=[1])
+    m = on.training.global_batch_size / 32
+    assert d_on["ep_comm_s"] == pytest.approx(float(ph.moe_ep_comm_s[0]) * 48 * m, rel=1e-12)
+    assert 0 < d_on["ep_comm_s"] < d_off["ep_comm_s"]
+    step = 1.5 * d_off["ep_comm_s"]  # both shares above A2A_SHARE
+    off_f = [f for f in _moe(p, c, step) if f.kind == "moe_a2a"]
+    on_f = [f for f in _moe(on, c, step) if f.kind == "moe_a2a"]
+    assert off_f[0].levers == ("lower_ep", "a2a_overlap")
+    assert on_f[0].levers == ("lower_ep",) and "left exposed" in on_f[0].message
+    assert f"{d_on['ep_comm_s'] / step:.0%}" in on_f[0].message
+    # asked for but not run (full recompute): the lever stays, and says what is lacking
+    full = replace(c, recompute="full")
+    f = [f for f in _moe(on, full, step) if f.kind == "moe_a2a"][0]
+    assert "a2a_overlap" in f.levers and "no full recompute" in f.message

@@ -34,7 +34,7 @@ from costmodel.pipeline_layout import check_fit, check_layout, without_mtp
 from costmodel.schedule import pipeline_layout, stage_layers
 from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from optimizer.launch.model_facts import model_facts
-from optimizer.launch.moe_flags import megatron_moe_args
+from optimizer.launch.moe_flags import megatron_moe_args, megatron_moe_notes
 
 __all__ = [
     "DEEPSPEED_TARGET",
@@ -316,7 +316,7 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         "--max-position-embeddings", str(_max_position_embeddings(model, training)),
     ]
     a += _megatron_shape(model)
-    a += megatron_moe_args(model, config)  # MoE / MLA (none for dense models)
+    a += megatron_moe_args(model, config, training)  # MoE / MLA (none for dense models)
     dropout = _fmt(_DROPOUT_ON if training.dropout else 0.0)
     a += ["--attention-dropout", dropout, "--hidden-dropout", dropout]
     if not training.flash_attention:  # the s^2 score path the model then scores
@@ -1050,6 +1050,7 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
                      f"{facts.rope_base}, epsilon {facts.norm_eps}): check them against the "
                      "checkpoint's config.json")
         w += torchtitan_refusal(model, config)
+        w += megatron_moe_notes(model, config, training)
         if model.num_attention_heads % config.tp or model.num_kv_heads % config.tp:
             w.append(f"Megatron needs num_attention_heads ({model.num_attention_heads}) and "
                      f"num_query_groups ({model.num_kv_heads}) divisible by tp={config.tp}")

@@ -13,12 +13,17 @@ modern-training.md sections 2.5 and 2.6.
 
 from __future__ import annotations
 
-from costmodel.specs import ModelSpec, ParallelConfig
+from costmodel.moe_overlap import applies_to, unmet
+from costmodel.specs import ModelSpec, ParallelConfig, TrainingSpec
 
 
-def megatron_moe_args(model: ModelSpec, config: ParallelConfig) -> list[str]:
+def megatron_moe_args(model: ModelSpec, config: ParallelConfig,
+                      training: TrainingSpec | None = None) -> list[str]:
     """The MoE and MLA tokens (none for a dense model with MHA/GQA). The expert-TP size is
-    always written: Megatron's default is TP, paraplan's 1."""
+    always written: Megatron's default is TP, paraplan's 1. With ``training.moe_ep_overlap``,
+    ``--overlap-moe-expert-parallel-comm`` where the cost model applies it
+    (:func:`costmodel.moe_overlap.applies_to`: where core_v0.16.1's ``TransformerConfig``
+    accepts it); elsewhere nothing (:func:`megatron_moe_notes` says why)."""
     a: list[str] = []
     m = model.moe
     if m is not None:
@@ -40,6 +45,9 @@ def megatron_moe_args(model: ModelSpec, config: ParallelConfig) -> list[str]:
             a += ["--moe-router-score-function", m.router]
         if m.capacity_factor is not None:
             a += ["--moe-expert-capacity-factor", str(m.capacity_factor)]
+        if training is not None and applies_to(training, config):
+            # core_v0.16.1 ModelParallelConfig.overlap_moe_expert_parallel_comm
+            a.append("--overlap-moe-expert-parallel-comm")
         # MTP modules (--mtp-num-layers) are not scored, so not emitted: the flags train the
         # model that was scored
     la = model.mla
@@ -51,6 +59,20 @@ def megatron_moe_args(model: ModelSpec, config: ParallelConfig) -> list[str]:
         if la.q_lora_rank is not None:
             a += ["--q-lora-rank", str(la.q_lora_rank)]
     return a
+
+
+def megatron_moe_notes(model: ModelSpec, config: ParallelConfig,
+                       training: TrainingSpec | None) -> list[str]:
+    """Launch warnings of the MoE flags: the EP overlap asked for (``training.moe_ep_overlap``)
+    where Megatron-Core does not run it (not emitted, and not scored)."""
+    if model.moe is None or training is None:
+        return []
+    need = unmet(training, config)
+    if not need:
+        return []
+    return ["moe_ep_overlap: --overlap-moe-expert-parallel-comm is not emitted (and not "
+            "scored) for this configuration: Megatron-Core core_v0.16.1 needs "
+            + "; ".join(need)]
 
 
 def torchtitan_moe_args(config: ParallelConfig) -> list[str]:
@@ -80,4 +102,4 @@ def torchtitan_moe_refusal(model: ModelSpec, config: ParallelConfig, shard: int)
     return r
 
 
-__all__ = ["megatron_moe_args", "torchtitan_moe_args", "torchtitan_moe_refusal"]
+__all__ = ["megatron_moe_args", "megatron_moe_notes", "torchtitan_moe_args", "torchtitan_moe_refusal"]
