@@ -284,3 +284,5 @@ def test_moe_ep_overlap_on_the_command_line():
     assert (fastest(over)["metrics"]["tokens_per_s"]
             > 1.05 * fastest(plain)["metrics"]["tokens_per_s"])
     assert fastest(over)["config"]["recompute"] != "full"
+    assert "--overlap-moe-expert-parallel-comm" in fastest(over)["launch"]["megatron_args"]
+    assert "--overlap-moe-expert-parallel-comm" not in fastest(plain)["launch"]["megatron_args"]
