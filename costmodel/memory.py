@@ -150,8 +150,7 @@ def op_sac_activation_bytes(model: ModelSpec, seq_length: float, micro_batch, tp
     return block_in + column + lse + w2
 
 
-def microbatches_in_flight(schedule, pp, m, virtual_stages, stage_index=0,
-                           extra_warmup=0.0) -> np.ndarray:
+def microbatches_in_flight(schedule, pp, m, virtual_stages, stage_index=0) -> np.ndarray:
     """How many micro-batches' activations stage ``stage_index`` keeps at its peak, in units
     of the stage's full set of layers.
 
@@ -161,9 +160,6 @@ def microbatches_in_flight(schedule, pp, m, virtual_stages, stage_index=0,
     the m v chunks of a step (megatron/core/pipeline_parallel/schedules.py,
     forward_backward_pipelining_with_interleaving). On the first stage that is
     p (1 + (p - 1)/(p v)) (Korthikanti et al. 4.2.3); the last keeps ((v - 1)p + 1)/v, not 1.
-    ``extra_warmup``: chunk forwards the schedule adds to the interleaved warm-up (1 with
-    Megatron's EP overlap: ``get_pp_rank_microbatches`` schedules one more so that the
-    combined 1F1B steps pair independent passes; costmodel.moe_overlap).
     """
     sched = np.asarray(schedule)
     p = np.asarray(pp, dtype=float)
@@ -171,7 +167,7 @@ def microbatches_in_flight(schedule, pp, m, virtual_stages, stage_index=0,
     v = np.asarray(virtual_stages, dtype=float)
     i = np.asarray(stage_index, dtype=float)
     one_f = np.minimum(p - i, m)
-    chunks = 2.0 * (p - i - 1.0) + (v - 1.0) * p + 1.0 + np.asarray(extra_warmup, dtype=float)
+    chunks = 2.0 * (p - i - 1.0) + (v - 1.0) * p + 1.0
     inter = np.minimum(chunks, m * v) / v
     # without a pipeline (p = 1) every schedule is plain gradient accumulation: one at a time
     # ZB-V: 1F1B's first-stage peak, p, on every rank (the V puts the first and the last

@@ -164,7 +164,7 @@ def run_phases(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     cx = memory_context(fw, eff, batch, sharded, shard, layer, plan, m, ea, params.layer,
                         training, gpu, model.tied_embeddings)
     cx = cx if moe is None else replace(cx, transient=cx.transient + moe["dispatch_buffers"],
-                                        extra_warmup=moe["ep_overlap"].astype(float))
+                                        extra_layers=moe["ep_overlap"].astype(float))
     mem = peak_memory(plan, params, cx, sharded, m, v, sched, groups.nccl_buffers_bytes, eff,
                       gpu.memory_bytes, expert)
     n_gpus = shard.tp * batch.pp.astype(float) * sharded.dp  # sharded.dp: dp x cp

@@ -11,23 +11,26 @@ section 3.2.1), without DualPipe's bidirectional pipeline. Per layer and pair
 windows of the other's compute:
 
 - the backward's combine under the forward's attention block;
-- the forward's dispatch under the backward's expert data gradients;
-- the backward's dispatch under the backward's expert weight gradients and the forward's
-  experts;
+- the forward's dispatch under the backward's experts (data and weight gradients: without
+  ``--delay-wgrad-compute``, which paraplan does not emit, ``backward_dw`` returns at once
+  and the experts' backward computes both, ``fine_grained_callables.py``);
+- the backward's dispatch under the forward's experts;
 - the forward's combine under the backward's attention block.
 
 Each window hides what its compute covers, less the compute the dispatcher's SMs take while
 they run: the covered time is paid again at :data:`EP_COMM_SMS` over the GPU's SMs (the
-compute runs on the rest); what exceeds its window stays on the critical path. The expert GEMMs' backward is split half data, half weight
-gradient (as :func:`costmodel.model.zb_ratio` takes it, Qi et al. 2023).
+compute runs on the rest); what exceeds its window stays on the critical path.
 
 Unpaired passes keep their all-to-all exposed: with no pipeline, the first micro-batch's
 forward and the last one's backward (``combined_1f1b_schedule_for_no_pipelining``); with
 the interleaved schedule, rank 0's warm-up forwards and the matching cool-down backwards,
 ``2 (p - 1) + (v - 1) p + 1`` of its ``m v`` chunk passes (``get_pp_rank_microbatches``:
-the interleaved warm-up plus the one extra forward the overlap schedules).
+the interleaved warm-up plus the one extra forward the overlap schedules), applied to every
+rank (rank 0 has the most: an upper bound elsewhere). Approximations: with an explicit
+layout of uneven chunks Megatron pairs only the layers both chunks have
+(``model_chunk_schedule_plan.py``); the layer here is the model's average.
 
-Where Megatron runs it (core_v0.16.1 ``TransformerConfig.__post_init__`` asserts, and
+Where Megatron runs it (only Megatron-Core has the flag: the ``megatron`` framework; core_v0.16.1 ``TransformerConfig.__post_init__`` asserts, and
 ``schedules.py``): ep > 1; the alltoall or flex dispatcher (paraplan's two); no full
 recompute and no recompute method (partial recompute); a bf16 or fp16 model; pp = 1 or the interleaved schedule
 (a virtual pipeline size is required when pp > 1); no CUDA graph of the MoE block or of the
@@ -73,6 +76,10 @@ _RULES = (
      lambda b, v: (b.pp == 1) | ((b.schedule == INTERLEAVED) & (np.asarray(v) > 1))),
 )
 
+#: only Megatron-Core has the flag
+_FRAMEWORK_RULE = ("the megatron framework (Megatron-Core's flag; torchtitan and DeepSpeed "
+                   "have none)")
+
 #: why a CUDA-graphed MoE block refuses it (core_v0.16.1 ``TransformerConfig.__post_init__``)
 _GRAPH_RULE = ("no CUDA graph of the MoE block or the whole iteration (moe_cuda_graph)")
 
@@ -81,7 +88,8 @@ def ep_overlap_applies(training, batch, v) -> np.ndarray:
     """Per configuration: whether Megatron-Core runs the overlap (the module docstring's
     conditions, :data:`_RULES`) when ``training.moe_ep_overlap`` asks for it."""
     n = len(batch)
-    if not training.moe_ep_overlap or training.moe_cuda_graph:
+    if not training.moe_ep_overlap or training.moe_cuda_graph \
+            or training.framework != "megatron":
         return np.zeros(n, bool)
     out = np.ones(n, bool)
     for _, test in _RULES:
@@ -104,6 +112,11 @@ def applies_to(training, config) -> bool:
     return bool(ep_overlap_applies(training, batch, v)[0])
 
 
+def conditions() -> list[str]:
+    """Every condition Megatron-Core sets on the overlap, as :func:`unmet` words them."""
+    return [_FRAMEWORK_RULE, _GRAPH_RULE] + [need for need, _ in _RULES]
+
+
 def unmet(training, config) -> list[str]:
     """What one configuration lacks of the conditions (empty where the overlap applies or
     is not asked for): the same tests as :func:`ep_overlap_applies`."""
@@ -111,6 +124,8 @@ def unmet(training, config) -> list[str]:
         return []
     batch, v = _one(config)
     out = [_GRAPH_RULE] if training.moe_cuda_graph else []
+    if training.framework != "megatron":
+        out.append(_FRAMEWORK_RULE)
     return out + [need for need, test in _RULES if not bool(np.asarray(test(batch, v))[0])]
 
 
@@ -135,12 +150,12 @@ def exposed_ep_s(layer, ep_comm_s, applies, unpaired, sm_count: float) -> np.nda
     moe_f, moe_b = layer.moe_forward_s, layer.moe_backward_s
     attn_f = np.maximum(layer.forward_s - moe_f, 0.0)
     attn_b = np.maximum(layer.backward_s - moe_b, 0.0)
-    windows = (attn_f, 0.5 * moe_b, 0.5 * moe_b + moe_f, attn_b)
+    windows = (attn_f, moe_b, moe_f, attn_b)
     held = min(EP_COMM_SMS / max(float(sm_count), EP_COMM_SMS), 1.0)
     paired = sum(_exposed(quarter, w, held) for w in windows)
     out = unpaired * a + (1.0 - unpaired) * paired
     return np.where(applies, out, a)
 
 
-__all__ = ["EP_COMM_SMS", "applies_to", "ep_overlap_applies", "exposed_ep_s", "unmet",
+__all__ = ["EP_COMM_SMS", "applies_to", "conditions", "ep_overlap_applies", "exposed_ep_s", "unmet",
            "unpaired_share"]

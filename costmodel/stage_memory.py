@@ -174,8 +174,12 @@ class MemoryContext:
     # layer's and final norm's on the loss's (0: not gathered, or the whole stage is)
     root_embedding: np.ndarray | float = 0.0
     root_head: np.ndarray | float = 0.0
-    # chunk forwards added to the interleaved warm-up (Megatron's EP overlap: 1)
-    extra_warmup: np.ndarray | float = 0.0
+    # layers' activations in flight beyond the schedule's micro-batches: 1 with Megatron's EP
+    # overlap (costmodel.moe_overlap). Its combined 1F1B step runs the next forward's layer i
+    # beside the oldest backward's layer L-1-i, which frees as it goes, so the peak is the
+    # schedule's in-flight micro-batches plus about one layer (the extra warm-up forward
+    # Megatron schedules interleaved is the step's own forward moved earlier)
+    extra_layers: np.ndarray | float = 0.0
 
 
 def fragmentation_fraction(eff, expandable_segments: bool = True) -> float:
@@ -285,8 +289,8 @@ def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: Sta
                  sched, expert=None) -> StageMemory:
     """One stage group's memory: its layers' activations for the micro-batches in flight on
     its representative stage, model states of its parameters, the loss where it sits."""
-    infl = microbatches_in_flight(sched, plan.pp, m, v, g.index, cx.extra_warmup)
-    act = g.layers * cx.per_layer_act * infl + cx.transient
+    infl = microbatches_in_flight(sched, plan.pp, m, v, g.index)
+    act = g.layers * cx.per_layer_act * infl + cx.transient + cx.extra_layers * cx.per_layer_act
     n = cx.recompute_layers
     if n is not None and (n > 0).any():
         # Megatron-Core's block method: the first n layers of each model chunk recompute

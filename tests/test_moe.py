@@ -652,6 +652,16 @@ def test_megatron_flags_carry_the_ep_overlap_only_where_it_applies():
         "schedule with virtual_stages > 1"]
     assert not any(w.startswith("moe_ep_overlap") for w in
                    launch_bundle(p.model, p.cluster, on, pp1)["warnings"])
+    # the overlap needs more than one CUDA connection; TP on Hopper then loses its ordering
+    assert launch_bundle(p.model, p.cluster, on, pp1)["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] \
+        == "32"
+    tp2 = ParallelConfig(tp=2, pp=1, dp=16, ep=8, micro_batch_size=1, zero_stage=1,
+                         sequence_parallel=True)
+    b = launch_bundle(p.model, p.cluster, on, tp2)
+    assert b["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
+    assert any("advises against TP or CP" in w for w in b["warnings"])
+    b = launch_bundle(p.model, p.cluster, p.training, tp2)  # no overlap: TP's one connection
+    assert b["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
 
 
 def test_moe_diagnosis_reads_the_exposed_all_to_all():

@@ -980,11 +980,17 @@ def _nccl_warnings(config: ParallelConfig, cluster: ClusterSpec | None) -> list[
 
 # --------------------------------------------------------------------------------------------
 # Environment and warnings
-def launch_env(cluster: ClusterSpec, config: ParallelConfig) -> dict[str, str]:
+def launch_env(cluster: ClusterSpec, config: ParallelConfig,
+               training: TrainingSpec | None = None,
+               model: ModelSpec | None = None) -> dict[str, str]:
     """Environment variables for every rank (ecosystem.md sections 2.1, 2.5, 2.6).
 
     ``CUDA_DEVICE_MAX_CONNECTIONS=1`` orders TP communication before compute on pre-Blackwell
     GPUs (compute capability < 10.0); Megatron FSDP (zero_stage >= 2) requires it unset.
+    Megatron's EP all-to-all overlap needs more than one connection (Megatron-LM MoE README,
+    "Requirements for EP A2A Overlap"; core_v0.16.1 ``arguments.py``: "1 or 32, which depends
+    on which parallelization you want to prioritize"): where it applies the variable is 32,
+    and :func:`launch_warnings` says what TP / CP lose on Hopper.
     ``NCCL_ALGO``/``NCCL_PROTO`` appear only when forced. ``tf32`` sets
     ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` (PyTorch runs fp32 matmuls as fp32 by default, and
     neither Megatron-LM nor torchtitan has a TF32 switch).
@@ -992,6 +998,8 @@ def launch_env(cluster: ClusterSpec, config: ParallelConfig) -> dict[str, str]:
     env: dict[str, str] = {}
     if config.tp > 1 and cluster.gpu.compute_capability < 100 and not _fsdp(config):
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    if _ep_overlap(model, training, config):
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32"
     algo = nccl_algo_env(config.nccl_algo)
     if algo is not None:
         env["NCCL_ALGO"] = algo
@@ -1005,6 +1013,15 @@ def launch_env(cluster: ClusterSpec, config: ParallelConfig) -> dict[str, str]:
         env["TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"] = "1"
     env["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"
     return env
+
+
+def _ep_overlap(model: ModelSpec | None, training: TrainingSpec | None,
+                config: ParallelConfig) -> bool:
+    """Whether the launch runs Megatron's EP all-to-all overlap (the flag is emitted)."""
+    from costmodel.moe_overlap import applies_to
+
+    return (model is not None and model.moe is not None and training is not None
+            and applies_to(training, config))
 
 
 def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
@@ -1051,6 +1068,12 @@ def launch_warnings(config: ParallelConfig, *, model: ModelSpec | None = None,
                      "checkpoint's config.json")
         w += torchtitan_refusal(model, config)
         w += megatron_moe_notes(model, config, training)
+        if (_ep_overlap(model, training, config) and (config.tp > 1 or config.cp > 1)
+                and cluster is not None and cluster.gpu.compute_capability < 100):
+            w.append("moe_ep_overlap: CUDA_DEVICE_MAX_CONNECTIONS=32 for the EP overlap; on "
+                     "Hopper and before Megatron advises against TP or CP with it (their "
+                     "collectives then lose the ordering one connection gives), and the score "
+                     "does not price that")
         if model.num_attention_heads % config.tp or model.num_kv_heads % config.tp:
             w.append(f"Megatron needs num_attention_heads ({model.num_attention_heads}) and "
                      f"num_query_groups ({model.num_kv_heads}) divisible by tp={config.tp}")
@@ -1166,7 +1189,7 @@ def launch_bundle(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         "deepspeed_config": deepspeed_config(model, cluster, training, config),
         "torchtitan_args": torchtitan_args(model, cluster, training, config),
         "torchtitan_config": torchtitan_config_source(model, training, config),
-        "env": launch_env(cluster, config),
+        "env": launch_env(cluster, config, training, model),
         "warnings": launch_warnings(config, model=model, cluster=cluster, training=training),
         "targets": launch_targets(model, config, training, cluster),
     }

@@ -74,7 +74,7 @@ def slurm_script(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     nodes, per_node = job_shape(cluster, config)
     _refuse_megatron(model, "slurm")
     args = megatron_args(model, cluster, training, config)
-    env = launch_env(cluster, config)
+    env = launch_env(cluster, config, training, model)
     lines = ["#!/bin/bash",
              f"#SBATCH --job-name={script_value('job_name', job_name)}",
              f"#SBATCH --nodes={nodes}",
@@ -148,7 +148,7 @@ def k8s_manifest(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     """
     nodes, per_node = job_shape(cluster, config)
     _refuse_megatron(model, "k8s")
-    env = launch_env(cluster, config)
+    env = launch_env(cluster, config, training, model)
     args = ["--nnodes", str(nodes), "--nproc-per-node", str(per_node), script,
             *megatron_args(model, cluster, training, config)]
 

@@ -378,13 +378,12 @@ def _moe(problem, c: ParallelConfig, step: float) -> list[Finding]:
                                           f"is {share:.0%} of the step (ep={c.ep}): a "
                                           f"smaller ep{where}", ("lower_ep",)))
         else:
-            from costmodel.moe_overlap import unmet
+            from costmodel.moe_overlap import conditions, unmet
 
             # asked for but not run here: what this configuration lacks of Megatron's terms
             need = unmet(problem.training, c)
             how = (f"asked for, it needs {'; '.join(need)}" if need else
-                   "training.moe_ep_overlap: pp = 1 or interleaved, no full or partial "
-                   "recompute")
+                   "training.moe_ep_overlap, which needs " + "; ".join(conditions()))
             out.append(Finding("moe_a2a", f"the expert-parallel all-to-all (dispatch + "
                                           f"combine) is {share:.0%} of the step (ep={c.ep}): "
                                           f"a smaller ep{where}, or Megatron's all-to-all "

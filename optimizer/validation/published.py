@@ -1107,6 +1107,22 @@ def moe_graphed(par: Mapping[str, Any]) -> bool:
     return any(str(x).lower() == "moe" for x in scope)
 
 
+def moe_ep_overlap_of(par: Mapping[str, Any]) -> bool:
+    """The recipe's ``moe_a2a_overlap`` (Megatron's --overlap-moe-expert-parallel-comm) where
+    its CUDA graphs let Megatron run it: core_v0.16.1 ``TransformerConfig.__post_init__``
+    accepts the overlap with no graphs or ``transformer_engine`` graphs without the ``moe``
+    and ``mlp`` scopes. Full-iteration graphs (``TrainingSpec.moe_cuda_graph``) are refused by
+    the cost model's own rule; a ``local`` impl or an ``mlp`` scope is refused here."""
+    hint = par.get("recipe_hint") if isinstance(par.get("recipe_hint"), Mapping) else {}
+    if _bool_field(hint.get("moe_a2a_overlap")) is not True:
+        return False
+    impl = str(hint.get("cuda_graph_impl") or "none").lower()
+    scope = hint.get("cuda_graph_scope") or []
+    scope = {str(x).lower() for x in ([scope] if isinstance(scope, str) else scope)}
+    return impl in ("none", "full_iteration") or (impl == "transformer_engine"
+                                                  and not scope & {"moe", "mlp"})
+
+
 def moe_attention_graphed(par: Mapping[str, Any]) -> bool:
     """Whether a MoE entry's recipe captures each layer's attention block in a per-layer CUDA
     graph (``recipe_hint.cuda_graph_impl`` transformer_engine / local with ``attn`` in
@@ -1400,8 +1416,7 @@ def map_entry(entry: Mapping[str, Any], *, include_derived: bool = False) -> Run
                             else "alltoall",
                             # --overlap-moe-expert-parallel-comm (the recipe's
                             # moe_a2a_overlap); the cost model applies it where Megatron runs it
-                            moe_ep_overlap=moe is not None and _bool_field(
-                                _hint(par).get("moe_a2a_overlap")) is True,
+                            moe_ep_overlap=moe is not None and moe_ep_overlap_of(par),
                             pipeline_layout=pipeline_layout_of(par, spec, pp, vpp))
 
     step, src = measured_step_time(measured, derived, training.tokens_per_step, world,

@@ -6,6 +6,7 @@ asserts, ``schedules.py``)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -136,3 +137,42 @@ def test_dense_model_unaffected():
     off, on = _score(p, **cols), _score(_on(p), **cols)
     assert off.moe_ep_comm_s is None and on.moe_ep_comm_s is None
     assert np.array_equal(off.scores.step_time_s, on.scores.step_time_s)
+
+
+def test_exposed_all_to_all_by_hand():
+    # one configuration, all-to-all 8 ms (quarters of 2 ms); windows: attention forward 1 ms,
+    # experts' backward 3 ms, experts' forward 1.5 ms, attention backward 2 ms; unpaired 1/4;
+    # the covered time paid again at 20 of 100 SMs
+    from costmodel.moe_overlap import EP_COMM_SMS, exposed_ep_s
+
+    layer = SimpleNamespace(forward_s=np.array([2.5e-3]), backward_s=np.array([5e-3]),
+                            moe_forward_s=np.array([1.5e-3]), moe_backward_s=np.array([3e-3]))
+    a = np.array([8e-3])
+    held = EP_COMM_SMS / 100.0
+    uncovered = (2 - 1) + 0 + (2 - 1.5) + 0  # ms: what each window cannot cover
+    covered = 1 + 2 + 1.5 + 2
+    paired = (uncovered + held * covered) * 1e-3
+    want = 0.25 * 8e-3 + 0.75 * paired
+    got = exposed_ep_s(layer, a, np.array([True]), np.array([0.25]), 100)
+    assert got == pytest.approx([want], rel=1e-12)
+    assert exposed_ep_s(layer, a, np.array([False]), np.array([0.25]), 100) == \
+        pytest.approx(a)
+
+
+def test_overlap_is_megatron_only(qwen):
+    cols = _cols(1)
+    for fw in ("torchtitan", "deepspeed"):
+        p = replace(qwen, training=replace(qwen.training, framework=fw))
+        off, on = _score(p, **cols), _score(_on(p), **cols)
+        assert on.scores.step_time_s == pytest.approx(off.scores.step_time_s, rel=1e-12)
+        assert any("megatron framework" in x
+                   for x in unmet(_on(p).training, ParallelConfig(dp=32, ep=8)))
+
+
+def test_overlap_holds_one_more_layer_of_activations(qwen):
+    cols = _cols(1)
+    off, on = _score(qwen, **cols), _score(_on(qwen), **cols)
+    extra = on.memory.peak_bytes - off.memory.peak_bytes if hasattr(on.memory, "peak_bytes") \
+        else on.scores.allocated_memory_bytes - off.scores.allocated_memory_bytes
+    per_layer = float(off.layer.activation_bytes[0])
+    assert float(np.ravel(extra)[0]) == pytest.approx(per_layer, rel=0.05)

@@ -640,3 +640,20 @@ def test_source_flagged_regression_is_reported_beside_the_headline():
     assert abs(g["mape"] - 0.3) < 1e-12
     assert abs(g["mape_without_source_flagged"] - 0.15) < 1e-12
     assert [x["id"] for x in g["source_flagged"]] == ["r2"]
+
+
+def test_ep_overlap_mapping_follows_megatrons_graph_rule():
+    from optimizer.validation.published import moe_ep_overlap_of
+
+    def hint(**h):
+        return {"recipe_hint": {"moe_a2a_overlap": True, **h}}
+    assert moe_ep_overlap_of(hint())
+    assert moe_ep_overlap_of(hint(cuda_graph_impl="transformer_engine",
+                                  cuda_graph_scope=["attn", "moe_router"]))
+    assert not moe_ep_overlap_of(hint(cuda_graph_impl="transformer_engine",
+                                      cuda_graph_scope=["attn", "mlp"]))
+    assert not moe_ep_overlap_of(hint(cuda_graph_impl="local", cuda_graph_scope=["attn"]))
+    assert not moe_ep_overlap_of({"recipe_hint": {"moe_a2a_overlap": False}})
+    assert not moe_ep_overlap_of({})
+    # full-iteration graphs: asked for, refused by the cost model's own rule (moe_cuda_graph)
+    assert moe_ep_overlap_of(hint(cuda_graph_impl="full_iteration"))
