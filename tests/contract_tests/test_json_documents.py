@@ -249,16 +249,23 @@ def test_unknown_kind_is_an_input_error():
 
 # ---------------------------------------------------------------------------------------------
 # Flags into the document
+def _with_and_without(base, flag, field):
+    """The front without and with a training switch: it lands in inputs.training and the
+    fingerprint, and only with it."""
+    plain = run_cli_json(base, "front")
+    over = run_cli_json(base + [flag], "front")
+    assert field not in plain["inputs"]["training"]
+    assert over["inputs"]["training"][field] is True
+    assert over["inputs"]["fingerprint"] != plain["inputs"]["fingerprint"]
+    return plain, over
+
+
 def test_training_flags_on_the_command_line():
     # --tp-comm-overlap and --framework land in inputs.training (and the fingerprint); TP
     # overlap makes the fastest sequence-parallel layout faster, never slower.
     base = ["--model", "70b", "--gpus", "64", "--gpu", "h100-sxm-80gb", "--seq-length", "8192",
             "--global-batch-size", "512", "--sequence-parallel", "true", "--tp", "4,8"]
-    plain = run_cli_json(base, "front")
-    over = run_cli_json(base + ["--tp-comm-overlap"], "front")
-    assert "tp_comm_overlap" not in plain["inputs"]["training"]
-    assert over["inputs"]["training"]["tp_comm_overlap"] is True
-    assert over["inputs"]["fingerprint"] != plain["inputs"]["fingerprint"]
+    plain, over = _with_and_without(base, "--tp-comm-overlap", "tp_comm_overlap")
     best = lambda d: max(p["metrics"]["tokens_per_s"] for p in d["pareto_front"])  # noqa: E731
     assert best(over) > best(plain)
     ds = run_cli_json(["--model", "7b", "--gpus", "8", "--framework", "deepspeed"], "front")
@@ -273,11 +280,7 @@ def test_moe_ep_overlap_on_the_command_line():
     # overlap (no full recompute), so the fastest layout is faster and does not recompute
     base = ["--model", "qwen3-30b-a3b", "--gpus", "16", "--gpu", "h100-sxm-80gb",
             "--seq-length", "4096", "--global-batch-size", "256", "--ep", "8,16"]
-    plain = run_cli_json(base, "front")
-    over = run_cli_json(base + ["--moe-ep-overlap"], "front")
-    assert "moe_ep_overlap" not in plain["inputs"]["training"]
-    assert over["inputs"]["training"]["moe_ep_overlap"] is True
-    assert over["inputs"]["fingerprint"] != plain["inputs"]["fingerprint"]
+    plain, over = _with_and_without(base, "--moe-ep-overlap", "moe_ep_overlap")
 
     def fastest(doc):
         return max(doc["pareto_front"], key=lambda p: p["metrics"]["tokens_per_s"])
