@@ -316,7 +316,7 @@ def megatron_args(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         "--max-position-embeddings", str(_max_position_embeddings(model, training)),
     ]
     a += _megatron_shape(model)
-    a += megatron_moe_args(model, config, training)  # MoE / MLA (none for dense models)
+    a += megatron_moe_args(model, config, training, cluster)  # MoE / MLA (none for dense)
     dropout = _fmt(_DROPOUT_ON if training.dropout else 0.0)
     a += ["--attention-dropout", dropout, "--hidden-dropout", dropout]
     if not training.flash_attention:  # the s^2 score path the model then scores

@@ -14,11 +14,28 @@ modern-training.md sections 2.5 and 2.6.
 from __future__ import annotations
 
 from costmodel.moe_overlap import applies_to, unmet
-from costmodel.specs import ModelSpec, ParallelConfig, TrainingSpec
+from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+
+
+def _dispatcher(config: ParallelConfig, training: TrainingSpec | None,
+                cluster: ClusterSpec | None, padded: bool) -> list[str]:
+    """Megatron's token dispatcher as scored: ``allgather`` without EP, else the spec's
+    ``moe_dispatcher`` (``alltoall``, or ``flex`` with its backend: HybridEP inside a
+    multi-host NVLink domain, the only flex backend with multi-node NVLink, and wherever the
+    experts are padded to capacity, which core_v0.16.1 refuses with DeepEP; DeepEP, Megatron's
+    default backend, elsewhere; modern-training.md section 2)."""
+    if config.ep <= 1:
+        return ["--moe-token-dispatcher-type", "allgather"]
+    if training is None or training.moe_dispatcher != "flex":
+        return ["--moe-token-dispatcher-type", "alltoall"]
+    mnnvl = cluster is not None and cluster.domain_gpus > cluster.gpus_per_node
+    return ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend",
+            "hybridep" if mnnvl or padded else "deepep"]
 
 
 def megatron_moe_args(model: ModelSpec, config: ParallelConfig,
-                      training: TrainingSpec | None = None) -> list[str]:
+                      training: TrainingSpec | None = None,
+                      cluster: ClusterSpec | None = None) -> list[str]:
     """The MoE and MLA tokens (none for a dense model with MHA/GQA). The expert-TP size is
     always written: Megatron's default is TP, paraplan's 1. With ``training.moe_ep_overlap``,
     ``--overlap-moe-expert-parallel-comm`` where the cost model applies it
@@ -33,7 +50,7 @@ def megatron_moe_args(model: ModelSpec, config: ParallelConfig,
               "--expert-model-parallel-size", str(config.ep),
               "--expert-tensor-parallel-size", str(config.etp),
               "--moe-grouped-gemm",
-              "--moe-token-dispatcher-type", "alltoall" if config.ep > 1 else "allgather"]
+              *_dispatcher(config, training, cluster, m.capacity_factor is not None)]
         freq = m.megatron_layer_freq(model.num_layers)
         if freq != 1:
             a += ["--moe-layer-freq", str(freq)]
@@ -44,7 +61,10 @@ def megatron_moe_args(model: ModelSpec, config: ParallelConfig,
         if m.router != "softmax":
             a += ["--moe-router-score-function", m.router]
         if m.capacity_factor is not None:
-            a += ["--moe-expert-capacity-factor", str(m.capacity_factor)]
+            # the spec's capacity factor is the padded variant the cost model prices (no
+            # dispatcher sync: costmodel.moe.moe_host_stall_s)
+            a += ["--moe-expert-capacity-factor", str(m.capacity_factor),
+                  "--moe-pad-expert-input-to-capacity"]
         if training is not None and applies_to(training, config):
             # core_v0.16.1 ModelParallelConfig.overlap_moe_expert_parallel_comm
             a.append("--overlap-moe-expert-parallel-comm")
