@@ -122,6 +122,10 @@ def main_parser() -> argparse.ArgumentParser:
                         "all-to-all overlaps another micro-batch's compute (combined 1F1B; "
                         "priced and emitted where Megatron runs it: ep > 1, pp 1 or "
                         "interleaved, no full or partial recompute; default: off)")
+    p.add_argument("--moe-dispatcher", choices=("alltoall", "flex"),
+                   help="MoE token dispatcher: alltoall (Megatron's) or flex (DeepEP / "
+                        "HybridEP: a token crosses to each remote host once; priced and "
+                        "emitted with its backend; default: alltoall)")
     p.add_argument("--memory-limit-gib", type=float,
                    help="per-GPU memory limit in GiB, at most the GPU's memory (default: "
                         "--memory-fraction x HBM)")
@@ -192,6 +196,8 @@ def training_flags(args: argparse.Namespace) -> dict | None:
         out["tp_comm_overlap"] = True
     if getattr(args, "moe_ep_overlap", False):
         out["moe_ep_overlap"] = True
+    if getattr(args, "moe_dispatcher", None):
+        out["moe_dispatcher"] = args.moe_dispatcher
     if getattr(args, "pipeline_layout", None) is not None:
         out["pipeline_layout"] = args.pipeline_layout
     return out or None

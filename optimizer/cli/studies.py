@@ -13,7 +13,7 @@ from optimizer.studies import load_study_file, report_study, run_study
 
 _DEFINITION_FLAGS = ("model", "gpus", "cluster", "seq_length", "global_batch_size",
                      "memory_limit_gib", "framework", "batch_size", "tokens",
-                     "gpu_hour_cost")
+                     "gpu_hour_cost", "moe_dispatcher")
 _DEFAULTED_FLAGS = ("gpu", "gpus_per_node", "memory_fraction", "sampler", "trials", "seed",
                     "trials_per_batch", "allow_cross_node_tp", "tp_comm_overlap",
                     "moe_ep_overlap")

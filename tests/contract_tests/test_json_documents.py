@@ -289,3 +289,11 @@ def test_moe_ep_overlap_on_the_command_line():
     assert fastest(over)["config"]["recompute"] != "full"
     assert "--overlap-moe-expert-parallel-comm" in fastest(over)["launch"]["megatron_args"]
     assert "--overlap-moe-expert-parallel-comm" not in fastest(plain)["launch"]["megatron_args"]
+    # --moe-dispatcher flex: in the inputs, priced (DeepEP-style NIC bytes) and emitted
+    flex = run_cli_json(base + ["--moe-dispatcher", "flex"], "front")
+    assert flex["inputs"]["training"]["moe_dispatcher"] == "flex"
+    args = fastest(flex)["launch"]["megatron_args"]
+    if fastest(flex)["config"]["ep"] > 1:
+        assert args[args.index("--moe-token-dispatcher-type") + 1] == "flex"
+    rc, _, err = run_cli(base + ["--moe-dispatcher", "deepep"])
+    assert rc == 2 and "--moe-dispatcher" in err and "Traceback" not in err
