@@ -861,6 +861,11 @@ class TrainingSpec:
                              f"is a Megatron-Core or torchtitan feature; framework is "
                              f"{self.framework!r}",
                              "set framework: megatron or torchtitan, or tp_comm_overlap: false")
+        if self.moe_dispatcher == "flex" and self.framework != "megatron":
+            raise InputError("training.moe_dispatcher",
+                             f"flex (DeepEP / HybridEP) is Megatron-Core's dispatcher; "
+                             f"framework is {self.framework!r}",
+                             "set framework: megatron or moe_dispatcher: alltoall")
         if self.fp8_dot_product_attention and self.framework != "megatron":
             raise InputError("training.fp8_dot_product_attention",
                              f"is Transformer Engine's FP8 attention (Megatron-Core); "

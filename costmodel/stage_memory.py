@@ -304,7 +304,7 @@ def stage_memory(g: StageGroup, psi, cx: MemoryContext, opt: Sharding, plan: Sta
         # one layer's is on the GPU in transit (Megatron's double buffer: the layer being
         # copied out while the next runs)
         kept = np.maximum(g.layers - off, 0.0) * cx.per_layer_act * infl + cx.per_layer_act
-        act = np.where(off > 0, kept + cx.transient, act)
+        act = np.where(off > 0, kept + cx.transient + cx.extra_layers * cx.per_layer_act, act)
     if cx.pipe_act is not None:
         act = act + np.where(plan.single, 0.0, cx.pipe_act * infl)
     logits = select(g.head, cx.logits, np.zeros(cx.logits.shape))

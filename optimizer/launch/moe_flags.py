@@ -19,13 +19,19 @@ from costmodel.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 def _dispatcher(config: ParallelConfig, training: TrainingSpec | None,
                 cluster: ClusterSpec | None, padded: bool) -> list[str]:
-    """Megatron's token dispatcher as scored: ``allgather`` without EP, else the spec's
+    """Megatron's token dispatcher as scored: ``allgather`` without EP (``alltoall`` when
+    padded to capacity), else the spec's
     ``moe_dispatcher`` (``alltoall``, or ``flex`` with its backend: HybridEP inside a
     multi-host NVLink domain, the only flex backend with multi-node NVLink, and wherever the
     experts are padded to capacity, which core_v0.16.1 refuses with DeepEP; DeepEP, Megatron's
     default backend, elsewhere; modern-training.md section 2)."""
-    if config.ep <= 1:
+    if config.ep <= 1 and not padded:
         return ["--moe-token-dispatcher-type", "allgather"]
+    if config.ep <= 1:
+        # padded to capacity: the alltoall dispatcher sets the padded counts on the host (no
+        # sync, as priced); the allgather one copies its counts to the host whatever the
+        # padding (core_v0.16.1 token_dispatcher.py)
+        return ["--moe-token-dispatcher-type", "alltoall"]
     if training is None or training.moe_dispatcher != "flex":
         return ["--moe-token-dispatcher-type", "alltoall"]
     mnnvl = cluster is not None and cluster.domain_gpus > cluster.gpus_per_node

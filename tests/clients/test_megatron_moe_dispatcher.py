@@ -53,3 +53,16 @@ def test_megatron_builds_alltoall_by_default(megatron):
     b = launch_bundle(model, cluster, TrainingSpec(4096, 256), CONFIG)
     _, tc = rc.megatron_validate(b["megatron_args"], b["env"], CONFIG.world_size, 90)
     assert tc.moe_token_dispatcher_type == "alltoall"
+
+
+def test_padded_experts_without_ep_use_the_alltoall_dispatcher(megatron):
+    # at ep 1 the allgather dispatcher copies its counts to the host whatever the padding;
+    # the alltoall one sets the padded counts on the host, the sync-free run the score prices
+    model = load_model("qwen3-30b-a3b")
+    model = replace(model, moe=replace(model.moe, capacity_factor=1.0))
+    cluster = load_cluster({"gpu": "h100-sxm-80gb", "num_nodes": 1, "gpus_per_node": 8})
+    config = ParallelConfig(tp=1, pp=1, dp=8, ep=1, precision="bf16", zero_stage=1)
+    b = launch_bundle(model, cluster, TrainingSpec(4096, 256), config)
+    _, tc = rc.megatron_validate(b["megatron_args"], b["env"], config.world_size, 90)
+    assert tc.moe_token_dispatcher_type == "alltoall"
+    assert tc.moe_pad_expert_input_to_capacity

@@ -176,3 +176,18 @@ def test_overlap_holds_one_more_layer_of_activations(qwen):
         else on.scores.allocated_memory_bytes - off.scores.allocated_memory_bytes
     per_layer = float(off.layer.activation_bytes[0])
     assert float(np.ravel(extra)[0]) == pytest.approx(per_layer, rel=0.05)
+
+
+def test_overlap_layer_also_counted_with_activation_offload(qwen):
+    cols = _cols(1, cpu_offloading_num_layers=[4])
+    off, on = _score(qwen, **cols), _score(_on(qwen), **cols)
+    extra = on.scores.allocated_memory_bytes - off.scores.allocated_memory_bytes
+    assert float(extra[0]) == pytest.approx(float(off.layer.activation_bytes[0]), rel=0.05)
+
+
+def test_flex_dispatcher_is_megatron_only():
+    from costmodel.errors import InputError
+    from costmodel.specs import TrainingSpec
+
+    with pytest.raises(InputError, match="training.moe_dispatcher"):
+        TrainingSpec(4096, 256, framework="torchtitan", moe_dispatcher="flex")
